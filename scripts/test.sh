@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every test: the C++ tests (release build, then an address+undefined sanitizer build), the
+# CUDA compile check for sm_80 and sm_90 when nvcc is present (the kernels cannot run here), and
+# the Python tests. Run scripts/setup.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+echo "== C++ tests (build/)"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVARPACK_SANITIZE=ON \
+      -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON >/dev/null
+cmake --build build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+if command -v nvcc >/dev/null 2>&1; then
+  echo "== CUDA kernels: compile for sm_80 and sm_90 (build-cuda/; they run only on the GPU machine)"
+  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_CUDA=ON \
+        -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON >/dev/null
+  cmake --build build-cuda
+else
+  echo "== nvcc not found: skipping the CUDA compile check"
+fi
+
+echo "== Python tests"
+.venv/bin/python -m pytest -q tests/python
+echo "== all tests passed"

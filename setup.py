@@ -1,0 +1,47 @@
+# Builds varpack._C: the C++ core (planner, batch builder, I/O, CPU attention) compiled into one
+# torch extension with thin bindings from python/csrc. On a machine with CUDA (torch built with
+# CUDA and nvcc on the PATH, or VARPACK_CUDA=1) the CUDA kernels and their op registration are
+# added; VARPACK_CUDA=0 forces a CPU-only build.
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+
+def sources(*patterns):
+    return sorted(f for p in patterns for f in glob.glob(p))
+
+
+core = sources("src/pack/*.cpp", "src/batch/*.cpp", "src/io/*.cpp",
+               "src/attn/reference/*.cpp", "src/attn/cpu/*.cpp", "python/csrc/*.cpp")
+cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra"]
+
+want_cuda = os.environ.get("VARPACK_CUDA", "auto")
+if want_cuda == "auto":
+    import torch
+    want_cuda = "1" if (torch.version.cuda is not None and CUDA_HOME is not None) else "0"
+
+if want_cuda == "1":
+    extension = CUDAExtension(
+        "varpack._C",
+        core + sources("src/attn/cuda/*.cu", "python/csrc/cuda/*.cpp"),
+        include_dirs=[os.path.abspath("include"), os.path.abspath("src")],
+        libraries=["simdjson"],
+        define_macros=[("VARPACK_WITH_CUDA", "1")],
+        extra_compile_args={
+            "cxx": cxx_flags,
+            "nvcc": ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-lineinfo",
+                     "-gencode=arch=compute_80,code=sm_80",
+                     "-gencode=arch=compute_90,code=sm_90"],
+        },
+    )
+else:
+    extension = CppExtension(
+        "varpack._C", core,
+        include_dirs=[os.path.abspath("include"), os.path.abspath("src")],
+        libraries=["simdjson"],
+        extra_compile_args={"cxx": cxx_flags},
+    )
+
+setup(ext_modules=[extension], cmdclass={"build_ext": BuildExtension})
