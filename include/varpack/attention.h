@@ -55,6 +55,12 @@ struct AttentionBackwardParams : AttentionParams {
 // batch < 0, ...). cu_seqlens contents are checked by check_cu_seqlens when they are on the host.
 void check_attention_params(const AttentionParams& params);
 void check_cu_seqlens(const int32_t* cu_seqlens, int64_t batch, int64_t total_rows, const char* name);
+// check_attention_params plus the backward's own pointers (dout, dq, dk, dv).
+void check_attention_backward_params(const AttentionBackwardParams& params);
+// Both cu_seqlens (host memory) with check_cu_seqlens, and every sequence's length against
+// max_seqlen_q / max_seqlen_k. The reference and CPU paths call it; cu_seqlens[batch] may be below
+// total rows (the rows past it belong to no sequence and are never read or written).
+void check_host_seqlens(const AttentionParams& params);
 
 // Plain C++, double accumulation, obviously correct: the oracle for every attention test.
 // Supports f32 and f64.
