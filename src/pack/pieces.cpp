@@ -1,0 +1,90 @@
+// Applies the over-length policy and orders pieces for the packers (see pieces.h).
+#include "pieces.h"
+
+#include <algorithm>
+#include <string>
+
+#include "varpack/error.h"
+
+namespace varpack::detail {
+
+PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions& options) {
+  const int64_t capacity = options.capacity;
+  if (capacity <= 0)
+    throw Error("capacity must be > 0 tokens per row (got " + std::to_string(capacity) + ")");
+  PieceTotals totals;
+  totals.samples = static_cast<int64_t>(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t length = lengths[i];
+    if (length < 0)
+      throw Error("sample " + std::to_string(i) + " has length " + std::to_string(length) +
+                  "; lengths must be >= 0");
+    if (length == 0) {
+      ++totals.skipped_samples;
+    } else if (length <= capacity) {
+      ++totals.pieces;
+      totals.tokens += length;
+    } else if (options.overlong == OverlongPolicy::error) {
+      throw Error("sample " + std::to_string(i) + " has length " + std::to_string(length) +
+                  ", longer than the capacity " + std::to_string(capacity) +
+                  "; choose the over-length policy 'truncate' (keep its first " +
+                  std::to_string(capacity) + " tokens) or 'split' (cut it into pieces of at most " +
+                  std::to_string(capacity) + " tokens), or raise the capacity");
+    } else if (options.overlong == OverlongPolicy::truncate) {
+      ++totals.pieces;
+      totals.tokens += capacity;
+      totals.truncated_tokens += length - capacity;
+    } else {
+      ++totals.split_samples;
+      totals.pieces += (length + capacity - 1) / capacity;
+      totals.tokens += length;
+    }
+  }
+  return totals;
+}
+
+std::vector<Piece> pieces_in_input_order(std::span<const int64_t> lengths,
+                                         const PackOptions& options, int64_t total_pieces) {
+  std::vector<Piece> pieces;
+  pieces.reserve(static_cast<size_t>(total_pieces));
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    for_each_piece(lengths[i], options.capacity, options.overlong, [&](int64_t offset, int64_t n) {
+      pieces.push_back({static_cast<int64_t>(i), offset, n});
+    });
+  }
+  return pieces;
+}
+
+std::vector<Piece> pieces_by_decreasing_length(std::span<const int64_t> lengths,
+                                               const PackOptions& options, int64_t total_pieces) {
+  const int64_t capacity = options.capacity;
+  if (capacity > kDenseCapacityLimit) {
+    std::vector<Piece> pieces = pieces_in_input_order(lengths, options, total_pieces);
+    std::stable_sort(pieces.begin(), pieces.end(),
+                     [](const Piece& a, const Piece& b) { return a.length > b.length; });
+    return pieces;
+  }
+  // Counting sort: next[l] is where the next piece of length l goes; classes laid out from the
+  // capacity down to 1, each in input order (stable).
+  std::vector<int64_t> next(static_cast<size_t>(capacity) + 1, 0);
+  for (const int64_t length : lengths) {
+    for_each_piece(length, capacity, options.overlong,
+                   [&](int64_t, int64_t n) { ++next[static_cast<size_t>(n)]; });
+  }
+  int64_t position = 0;
+  for (int64_t l = capacity; l >= 1; --l) {
+    const int64_t count = next[static_cast<size_t>(l)];
+    next[static_cast<size_t>(l)] = position;
+    position += count;
+  }
+  std::vector<Piece> pieces(static_cast<size_t>(total_pieces));
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    for_each_piece(lengths[i], capacity, options.overlong, [&](int64_t offset, int64_t n) {
+      pieces[static_cast<size_t>(next[static_cast<size_t>(n)]++)] = {static_cast<int64_t>(i),
+                                                                     offset, n};
+    });
+  }
+  return pieces;
+}
+
+}  // namespace varpack::detail

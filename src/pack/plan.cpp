@@ -1,0 +1,137 @@
+// plan_packing: applies the over-length policy, runs the chosen algorithm, fills PlanStats and
+// shuffles rows on request; plus the names of algorithms and policies.
+#include <array>
+#include <string>
+
+#include "algorithms.h"
+#include "random.h"
+#include "varpack/error.h"
+#include "varpack/pack.h"
+
+namespace varpack {
+namespace {
+
+constexpr std::array<std::pair<Algorithm, std::string_view>, 5> kAlgorithmNames{{
+    {Algorithm::ffd, "ffd"},
+    {Algorithm::bfd, "bfd"},
+    {Algorithm::histogram, "histogram"},
+    {Algorithm::none, "none"},
+    {Algorithm::dynamic, "dynamic"},
+}};
+
+constexpr std::array<std::pair<OverlongPolicy, std::string_view>, 3> kPolicyNames{{
+    {OverlongPolicy::error, "error"},
+    {OverlongPolicy::truncate, "truncate"},
+    {OverlongPolicy::split, "split"},
+}};
+
+template <typename Names>
+std::string joined(const Names& names) {
+  std::string out;
+  for (const auto& [value, name] : names) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
+void fill_stats(PackPlan& plan, const detail::PieceTotals& totals, int64_t capacity) {
+  PlanStats& s = plan.stats;
+  s.samples = totals.samples;
+  s.tokens = totals.tokens;
+  s.rows = plan.rows();
+  s.capacity = capacity;
+  s.lower_bound_rows = (totals.tokens + capacity - 1) / capacity;
+  int64_t width = 0;
+  for (const int64_t w : plan.row_width) width += w;
+  s.padded_tokens = width - totals.tokens;
+  s.padding_rate_packed = width > 0 ? static_cast<double>(s.padded_tokens) / width : 0.0;
+  const int64_t unpacked_width = totals.pieces * capacity;
+  s.padding_rate_unpacked =
+      unpacked_width > 0 ? 1.0 - static_cast<double>(totals.tokens) / unpacked_width : 0.0;
+  s.truncated_tokens = totals.truncated_tokens;
+  s.skipped_samples = totals.skipped_samples;
+  s.split_samples = totals.split_samples;
+}
+
+// Fisher-Yates with the project's own generator, so a seed gives the same order everywhere.
+void shuffle_rows(PackPlan& plan, uint64_t seed) {
+  const auto rows = static_cast<size_t>(plan.rows());
+  std::vector<size_t> order(rows);
+  for (size_t r = 0; r < rows; ++r) order[r] = r;
+  detail::SplitMix64 rng(seed);
+  for (size_t r = rows; r > 1; --r) std::swap(order[r - 1], order[rng.below(r)]);
+
+  PackPlan shuffled;
+  shuffled.pieces.reserve(plan.pieces.size());
+  shuffled.row_begin.reserve(rows + 1);
+  shuffled.row_width.reserve(rows);
+  shuffled.row_begin.push_back(0);
+  for (const size_t r : order) {
+    const auto row = plan.row(static_cast<int64_t>(r));
+    shuffled.pieces.insert(shuffled.pieces.end(), row.begin(), row.end());
+    shuffled.row_begin.push_back(static_cast<int64_t>(shuffled.pieces.size()));
+    shuffled.row_width.push_back(plan.row_width[r]);
+  }
+  shuffled.stats = plan.stats;
+  plan = std::move(shuffled);
+}
+
+}  // namespace
+
+PackPlan plan_packing(std::span<const int64_t> lengths, const PackOptions& options) {
+  if (options.algorithm == Algorithm::dynamic && options.batch_size < 1)
+    throw Error("batch_size must be >= 1 for the dynamic algorithm (got " +
+                std::to_string(options.batch_size) + ")");
+  const detail::PieceTotals totals = detail::check_and_count(lengths, options);
+  PackPlan plan;
+  switch (options.algorithm) {
+    case Algorithm::ffd:
+      plan = detail::pack_first_fit_decreasing(
+          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity);
+      break;
+    case Algorithm::bfd:
+      plan = detail::pack_best_fit_decreasing(
+          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity);
+      break;
+    case Algorithm::histogram:
+      plan = detail::pack_histogram(lengths, options, totals);
+      break;
+    case Algorithm::none:
+      plan = detail::one_piece_per_row(
+          detail::pieces_in_input_order(lengths, options, totals.pieces), options.capacity);
+      break;
+    case Algorithm::dynamic:
+      plan = detail::dynamic_batches(
+          detail::pieces_in_input_order(lengths, options, totals.pieces), options.batch_size);
+      break;
+  }
+  fill_stats(plan, totals, options.capacity);
+  if (options.shuffle_rows) shuffle_rows(plan, options.seed);
+  return plan;
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (const auto& [value, known] : kAlgorithmNames)
+    if (name == known) return value;
+  throw Error("unknown packing algorithm '" + std::string(name) + "'; use one of " +
+              joined(kAlgorithmNames));
+}
+
+OverlongPolicy parse_overlong_policy(std::string_view name) {
+  for (const auto& [value, known] : kPolicyNames)
+    if (name == known) return value;
+  throw Error("unknown over-length policy '" + std::string(name) + "'; use one of " +
+              joined(kPolicyNames));
+}
+
+std::string_view to_string(Algorithm algorithm) {
+  for (const auto& [value, name] : kAlgorithmNames)
+    if (value == algorithm) return name;
+  return "unknown";
+}
+
+std::string_view to_string(OverlongPolicy policy) {
+  for (const auto& [value, name] : kPolicyNames)
+    if (value == policy) return name;
+  return "unknown";
+}
+
+}  // namespace varpack
