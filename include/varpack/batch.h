@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "varpack/pack.h"
@@ -20,6 +21,27 @@ class TokenSource {
   virtual int64_t num_samples() const = 0;
   virtual std::span<const int32_t> input_ids(int64_t sample) const = 0;
   virtual std::span<const int32_t> labels(int64_t sample) const = 0;
+};
+
+// A TokenSource over vectors held in memory, for tests and small inputs. `labels` is empty (no
+// sample has labels of its own) or has one entry per sample, each empty or as long as its ids.
+class VectorTokenSource final : public TokenSource {
+ public:
+  explicit VectorTokenSource(std::vector<std::vector<int32_t>> input_ids,
+                             std::vector<std::vector<int32_t>> labels = {})
+      : input_ids_(std::move(input_ids)), labels_(std::move(labels)) {}
+  int64_t num_samples() const override { return static_cast<int64_t>(input_ids_.size()); }
+  std::span<const int32_t> input_ids(int64_t sample) const override {
+    return input_ids_[static_cast<size_t>(sample)];
+  }
+  std::span<const int32_t> labels(int64_t sample) const override {
+    if (labels_.empty()) return {};
+    return labels_[static_cast<size_t>(sample)];
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> input_ids_;
+  std::vector<std::vector<int32_t>> labels_;
 };
 
 struct BatchOptions {
