@@ -1,0 +1,567 @@
+"""Padding-free training benchmark: a Llama-style decoder (transformers' LlamaForCausalLM, RoPE on
+position_ids) trained on the standard library's sources as bytes, in five modes from one process,
+every mode on the same samples per step (same valid tokens) from the same initial weights:
+
+  fixed           every sample padded to the profile's longest length, SDPA (cuDNN first on CUDA)
+  dynamic         every sample padded to the step's longest sample, SDPA
+  packed_torch    varpack packing + torch.nn.attention.varlen.varlen_attn (CUDA only)
+  packed_varpack  varpack packing + varpack's varlen kernel (attn_implementation="varpack")
+  auto            per step, the dynamic-padded or the packed varpack layout, whichever a cost model
+                  fitted on this device predicts faster (varpack.auto; the choice is logged)
+
+Per mode: valid tokens/s, step time, padding rate, peak memory; loss curves (PNG). Then the
+parity run: a small model trained packed and padded for a few hundred steps, held-out losses
+compared (PNG). Outputs go to --out: results.json, results.md, loss_curves.png, parity.png.
+
+    python examples/train_packed.py --out $OUT                 # the H200 benchmark
+    python examples/train_packed.py --preset smoke --out /tmp/x # tiny, on the CPU, a minute
+
+A mode that cannot run here (torch's varlen_attn without CUDA, varpack without its CUDA kernels)
+is reported as not available with the reason; nothing is substituted for it.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import math
+import pathlib
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from corpus import PAD, VOCAB_SIZE, Corpus, Profile, draw_steps  # noqa: E402
+
+import varpack  # noqa: E402
+import varpack.hf  # noqa: E402
+from varpack.auto import PADDED, VARLEN, PathChooser, fit_cost_model  # noqa: E402
+
+log = logging.getLogger("train_packed")
+MODES = ("fixed", "dynamic", "packed_torch", "packed_varpack", "auto")
+
+
+@dataclass
+class Preset:
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    tokens_per_step: int
+    warmup_steps: int
+    timed_steps: int
+    profiles: tuple
+    parity_model: tuple          # (layers, hidden, heads, intermediate)
+    parity_tokens_per_step: int
+    parity_steps: int
+    parity_eval_every: int
+    parity_eval_samples: int
+    lr: float = 3e-4
+    parity_lr: float = 1e-3
+
+
+PRESETS = {
+    # The ANCHORS model: 8 layers, d_model 2048, 16 heads x 128, SwiGLU 5632 (vocab: bytes).
+    "h200": Preset(8, 2048, 16, 5632, 32768, 3, 10,
+                   (Profile("short", 50, 800, 4096), Profile("long", 1000, 8000, 16384)),
+                   (4, 512, 8, 1408), 16384, 300, 25, 64),
+    "smoke": Preset(2, 64, 4, 128, 1024, 1, 2,
+                    (Profile("short", 5, 80, 256), Profile("long", 100, 800, 1024)),
+                    (2, 64, 4, 128), 1024, 12, 4, 8, lr=1e-3),
+}
+
+
+# ---------------------------------------------------------------- attention implementations
+
+def torch_varlen_available(device: torch.device) -> str | None:
+    """None if torch's varlen_attn can run here, else why not."""
+    if device.type != "cuda":
+        return "torch.nn.attention.varlen.varlen_attn runs on CUDA only"
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError as error:
+        return f"torch {torch.__version__} has no torch.nn.attention.varlen ({error})"
+    return None
+
+
+def torch_varlen_function():
+    """torch's varlen_attn behind FlashAttention-2's flash_attn_varlen_func signature."""
+    from torch.nn.attention.varlen import varlen_attn
+    params = inspect.signature(varlen_attn).parameters
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               dropout_p=0.0, softmax_scale=None, causal=False,
+                               window_size=(-1, -1), softcap=0.0, **_):
+        if dropout_p or softcap:
+            raise ValueError("torch varlen_attn has no dropout or softcap")
+        options = {}
+        if "is_causal" in params:  # torch 2.9's spelling
+            options["is_causal"] = causal
+        else:
+            options["window_size"] = (window_size[0], 0) if causal else tuple(window_size)
+        if softmax_scale is not None:
+            options["scale"] = softmax_scale
+        if k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        return varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)
+
+    return flash_attn_varlen_func
+
+
+def varpack_available(device: torch.device) -> str | None:
+    """None if varpack's varlen kernel is registered for this device, else why not."""
+    key = "CUDA" if device.type == "cuda" else "CPU"
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("varpack::varlen_fwd", key):
+        return f"varpack's varlen kernel is not registered for {key} in this build"
+    return None
+
+
+def sdpa_context(device: torch.device):
+    """Padded attention through SDPA, cuDNN first on CUDA: the fastest padded kernel on Hopper
+    (ANCHORS), so the padded modes are measured at their best."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    if device.type != "cuda":
+        return sdpa_kernel([SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION])
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    if "set_priority" in inspect.signature(sdpa_kernel).parameters:
+        return sdpa_kernel(order, set_priority=True)
+    return sdpa_kernel(order)
+
+
+# ---------------------------------------------------------------- batches
+
+@dataclass
+class Batch:
+    """One step's inputs in one layout, on the host; `computed` counts the tokens the model
+    processes (valid + padding)."""
+    kwargs: dict
+    attn: str
+    valid: int
+    computed: int
+    lengths: list = field(default_factory=list)
+
+
+def packed_batch(samples: list, capacity: int, attn: str) -> Batch:
+    lengths = [len(s) for s in samples]
+    plan = varpack.plan(lengths, capacity, algorithm="bfd")
+    built = varpack.build_batch(plan, samples)
+    kwargs = {
+        "input_ids": built["input_ids"][None], "labels": built["labels"][None],
+        "position_ids": built["position_ids"][None],
+        "cu_seq_lens_q": built["cu_seqlens"], "cu_seq_lens_k": built["cu_seqlens"],
+        "max_length_q": built["max_seqlen"], "max_length_k": built["max_seqlen"],
+    }
+    return Batch(kwargs, attn, sum(lengths), int(built["input_ids"].numel()), lengths)
+
+
+def padded_batch(samples: list, width: int | None, attn: str = "sdpa") -> Batch:
+    """Right-padded rows, one sample each, padded to `width` (None: the longest sample). The
+    planner's "none" plan gives one row per sample; the flat tokens are scattered into rows.
+    No attention mask: with causal attention a valid token never sees the padding after it, and
+    padding has label -100, so losses equal the unpadded ones."""
+    lengths = [len(s) for s in samples]
+    width = max(lengths) if width is None else width
+    plan = varpack.plan(lengths, width, algorithm="none")
+    built = varpack.build_batch(plan, samples)
+    offsets = built["row_offsets"]
+    rows = len(offsets) - 1
+    row = torch.repeat_interleave(torch.arange(rows), offsets.diff())
+    column = torch.arange(offsets[-1].item()) - offsets[row]
+    ids = torch.full((rows, width), PAD, dtype=torch.int64)
+    labels = torch.full((rows, width), -100, dtype=torch.int64)
+    ids[row, column] = built["input_ids"]
+    labels[row, column] = built["labels"]
+    return Batch({"input_ids": ids, "labels": labels}, attn, sum(lengths), rows * width, lengths)
+
+
+def to_device(batch: Batch, device: torch.device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
+            for k, v in batch.kwargs.items()}
+
+
+# ---------------------------------------------------------------- model and steps
+
+def make_model(layers, hidden, heads, intermediate, max_positions, device, seed):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=VOCAB_SIZE, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=heads, max_position_embeddings=max_positions,
+                         pad_token_id=PAD, tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    return model
+
+
+class Trainer:
+    """Model + optimizer; run(batch) does one training step and returns the loss (a tensor, so the
+    host does not wait for it inside timed steps)."""
+
+    def __init__(self, model, lr, device):
+        self.model = model
+        self.device = device
+        self.initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.lr = lr
+        self.reset()
+
+    def reset(self):
+        self.model.load_state_dict(self.initial)
+        fused = self.device.type == "cuda"
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0,
+                                           fused=fused)
+
+    def forward_backward(self, batch: Batch):
+        self.model.config._attn_implementation = batch.attn
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            with sdpa_context(self.device):
+                loss = self.model(**to_device(batch, self.device)).loss
+        loss.backward()
+        return loss.detach()
+
+    def run(self, batch: Batch):
+        loss = self.forward_backward(batch)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    @torch.no_grad()
+    def evaluate(self, batches: list) -> float:
+        """Per-token mean loss over the held-out batches (all the same layout, padded SDPA)."""
+        total, count = 0.0, 0
+        for batch in batches:
+            self.model.config._attn_implementation = batch.attn
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                with sdpa_context(self.device):
+                    loss = self.model(**to_device(batch, self.device)).loss
+            n = sum(length - 1 for length in batch.lengths)
+            total += float(loss) * n
+            count += n
+        return total / count
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, repeats):
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+# ---------------------------------------------------------------- automatic path choice
+
+def calibrate(trainer: Trainer, preset: Preset, varlen_attn: str, device, max_length: int):
+    """Times forward+backward for padded rows (SDPA) and packed sequences (varlen) of a few
+    lengths and totals, and fits one cost model per path (varpack.auto.fit_cost_model)."""
+    budgets = (preset.tokens_per_step // 2, preset.tokens_per_step)
+    widths = [w for w in (max_length // 16, max_length // 4, max_length) if w >= 8]
+    rng = np.random.default_rng(1234)
+    padded_points, varlen_points = [], []
+    for budget in budgets:
+        for width in widths:
+            rows = max(1, budget // width)
+            samples = [rng.integers(0, 256, size=width).astype(np.int32) for _ in range(rows)]
+            for path, batch, points in ((PADDED, padded_batch(samples, width), padded_points),
+                                        (VARLEN, packed_batch(samples, rows * width, varlen_attn),
+                                         varlen_points)):
+                trainer.forward_backward(batch)  # warm-up
+                seconds = timed(lambda: trainer.forward_backward(batch), device, 2)
+                points.append(([width] * rows, seconds))
+                log.info("calibration %s %d x %d: %.2f ms", path, rows, width, seconds * 1e3)
+    trainer.model.zero_grad(set_to_none=True)
+    padded, varlen = fit_cost_model(padded_points), fit_cost_model(varlen_points)
+    log.info("cost model padded: %s; varlen: %s", padded, varlen)
+    return PathChooser(padded, varlen, log=logging.getLogger("varpack.auto")), padded_points, varlen_points
+
+
+# ---------------------------------------------------------------- the benchmark
+
+def run_mode(trainer: Trainer, mode: str, steps: list, profile: Profile, preset: Preset,
+             varlen_attn: str | None, chooser: PathChooser | None, device) -> dict:
+    batches, choices = [], []
+    for index, samples in enumerate(steps):
+        if mode == "fixed":
+            batches.append(padded_batch(samples, profile.max_length))
+        elif mode == "dynamic":
+            batches.append(padded_batch(samples, None))
+        elif mode == "packed_torch":
+            batches.append(packed_batch(samples, profile.capacity, "torch_varlen"))
+        elif mode == "packed_varpack":
+            batches.append(packed_batch(samples, profile.capacity, "varpack"))
+        else:  # auto: the chooser sees the lengths and the padded layout the step would use
+            lengths = [len(s) for s in samples]
+            decision = chooser.choose(lengths, step=index)
+            choices.append(decision.path)
+            batches.append(padded_batch(samples, None) if decision.path == PADDED
+                           else packed_batch(samples, profile.capacity, varlen_attn))
+    trainer.reset()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, times = [], []
+    for index, batch in enumerate(batches):
+        sync(device)
+        start = time.perf_counter()
+        losses.append(trainer.run(batch))
+        sync(device)
+        if index >= preset.warmup_steps:
+            times.append(time.perf_counter() - start)
+    valid = [b.valid for b in batches[preset.warmup_steps:]]
+    computed = [b.computed for b in batches[preset.warmup_steps:]]
+    result = {
+        "mode": mode, "status": "ok",
+        "step_ms_median": 1e3 * float(np.median(times)),
+        "valid_tokens_per_s": float(sum(valid) / sum(times)),
+        "valid_tokens_per_step": float(np.mean(valid)),
+        "padding_rate": 1.0 - sum(valid) / sum(computed),
+        "peak_memory_gib": (torch.cuda.max_memory_allocated(device) / 2**30
+                            if device.type == "cuda" else None),
+        "losses": [float(x) for x in losses],
+    }
+    if choices:
+        result["auto_choices"] = {VARLEN: choices.count(VARLEN), PADDED: choices.count(PADDED)}
+    return result
+
+
+def benchmark(args, preset: Preset, corpus: Corpus, device) -> dict:
+    max_positions = max(p.capacity for p in preset.profiles)
+    model = make_model(preset.layers, preset.hidden, preset.heads, preset.intermediate,
+                       max_positions, device, args.seed)
+    trainer = Trainer(model, preset.lr, device)
+    params = sum(p.numel() for p in model.parameters())
+    log.info("model: %.1fM parameters", params / 1e6)
+
+    unavailable = {}
+    if (why := torch_varlen_available(device)) is None:
+        varpack.hf.register_varlen_function("torch_varlen", torch_varlen_function())
+    else:
+        unavailable["packed_torch"] = why
+    if (why := varpack_available(device)) is None:
+        varpack.hf.register()
+    else:
+        unavailable["packed_varpack"] = why
+    # The automatic mode's varlen path: varpack's kernel, else torch's (said in the results).
+    auto_varlen = ("varpack" if "packed_varpack" not in unavailable else
+                   "torch_varlen" if "packed_torch" not in unavailable else None)
+    if auto_varlen is None:
+        unavailable["auto"] = "no varlen kernel available for its varlen path"
+
+    chooser, calibration = None, None
+    if "auto" in args.modes and auto_varlen is not None:
+        longest = max(p.max_length for p in preset.profiles)
+        chooser, padded_points, varlen_points = calibrate(trainer, preset, auto_varlen, device, longest)
+        calibration = {"varlen_kernel": auto_varlen,
+                       "padded": chooser.padded.to_dict(), "varlen": chooser.varlen.to_dict(),
+                       "padded_points": [[len(l), l[0], t] for l, t in padded_points],
+                       "varlen_points": [[len(l), l[0], t] for l, t in varlen_points]}
+
+    results = {"profiles": {}, "calibration": calibration, "parameters": params}
+    for profile in preset.profiles:
+        steps = draw_steps(corpus, profile, preset.tokens_per_step,
+                           preset.warmup_steps + preset.timed_steps, args.seed)
+        rows = {}
+        for mode in args.modes:
+            if mode in unavailable:
+                rows[mode] = {"mode": mode, "status": "not available", "reason": unavailable[mode]}
+                log.warning("%s / %s: not available: %s", profile.name, mode, unavailable[mode])
+                continue
+            try:
+                rows[mode] = run_mode(trainer, mode, steps, profile, preset, auto_varlen, chooser, device)
+            except Exception as error:  # a kernel that fails is reported, never replaced
+                log.exception("%s / %s failed", profile.name, mode)
+                rows[mode] = {"mode": mode, "status": "failed", "reason": f"{type(error).__name__}: {error}"}
+                continue
+            r = rows[mode]
+            log.info("%s / %-14s %8.1f ms/step  %10.0f valid tok/s  padding %5.1f%%  peak %s GiB",
+                     profile.name, mode, r["step_ms_median"], r["valid_tokens_per_s"],
+                     100 * r["padding_rate"],
+                     f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "-")
+        base = rows.get("fixed", {}).get("valid_tokens_per_s")
+        for r in rows.values():
+            if base and r.get("status") == "ok":
+                r["speedup_vs_fixed"] = r["valid_tokens_per_s"] / base
+        results["profiles"][profile.name] = {
+            "min_length": profile.min_length, "max_length": profile.max_length,
+            "capacity": profile.capacity, "modes": rows}
+    del trainer, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+# ---------------------------------------------------------------- loss parity
+
+def parity(args, preset: Preset, corpus: Corpus, device, varlen_attn: str | None) -> dict:
+    """A small model trained packed (varlen) and padded (SDPA) on the same steps from the same
+    weights; held-out loss every few steps, evaluated the same way for both."""
+    if varlen_attn is None:
+        return {"status": "not available", "reason": "no varlen kernel available on this device"}
+    profile = preset.profiles[0]
+    layers, hidden, heads, intermediate = preset.parity_model
+    model = make_model(layers, hidden, heads, intermediate, profile.capacity, device, args.seed + 1)
+    trainer = Trainer(model, preset.parity_lr, device)
+    steps = draw_steps(corpus, profile, preset.parity_tokens_per_step, preset.parity_steps, args.seed + 2)
+    eval_samples = draw_steps(corpus, profile, profile.max_length * preset.parity_eval_samples, 1,
+                              args.seed + 3, split="heldout")[0][:preset.parity_eval_samples]
+    eval_batches = [padded_batch(eval_samples[i:i + 16], None)
+                    for i in range(0, len(eval_samples), 16)]
+    curves = {}
+    for name, make in (("packed", lambda s: packed_batch(s, profile.capacity, varlen_attn)),
+                       ("padded", lambda s: padded_batch(s, profile.max_length))):
+        trainer.reset()
+        train_loss, heldout = [], []
+        for index, samples in enumerate(steps):
+            train_loss.append(trainer.run(make(samples)))
+            if (index + 1) % preset.parity_eval_every == 0 or index + 1 == len(steps):
+                heldout.append([index + 1, trainer.evaluate(eval_batches)])
+        curves[name] = {"train": [float(x) for x in train_loss], "heldout": heldout}
+        log.info("parity %s: final held-out loss %.4f", name, heldout[-1][1])
+    final_packed, final_padded = curves["packed"]["heldout"][-1][1], curves["padded"]["heldout"][-1][1]
+    relative = abs(final_packed - final_padded) / final_padded
+    return {"status": "ok", "varlen_kernel": varlen_attn, "steps": len(steps),
+            "tokens_per_step": preset.parity_tokens_per_step, "model": preset.parity_model,
+            "final_heldout_packed": final_packed, "final_heldout_padded": final_padded,
+            "relative_difference": relative, "within_1_percent": relative < 0.01, "curves": curves}
+
+
+# ---------------------------------------------------------------- reporting
+
+def plots(results: dict, out: pathlib.Path) -> list[str]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no PNG plots (results.json has the curves)")
+        return []
+    written = []
+    profiles = results["benchmark"]["profiles"]
+    fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4), squeeze=False)
+    for ax, (name, profile) in zip(axes[0], profiles.items()):
+        for mode, r in profile["modes"].items():
+            if r.get("status") == "ok":
+                ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=mode, alpha=0.8)
+        ax.set(title=f"{name}: lengths {profile['min_length']}..{profile['max_length']}",
+               xlabel="step", ylabel="training loss (per token)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "loss_curves.png", dpi=110)
+    written.append("loss_curves.png")
+    par = results.get("parity", {})
+    if par.get("status") == "ok":
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, curve in par["curves"].items():
+            ax.plot(range(1, len(curve["train"]) + 1), curve["train"], alpha=0.5, label=f"{name} train")
+            steps, values = zip(*curve["heldout"])
+            ax.plot(steps, values, marker="o", label=f"{name} held-out")
+        ax.set(title=f"packed ({par['varlen_kernel']}) vs padded: held-out differs by "
+                     f"{100 * par['relative_difference']:.2f}%", xlabel="step", ylabel="loss")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "parity.png", dpi=110)
+        written.append("parity.png")
+    return written
+
+
+def markdown(results: dict) -> str:
+    env = results["environment"]
+    lines = [f"# Training benchmark ({env['date']}, {env['device']})", "",
+             f"Command: `{env['command']}`", "",
+             f"torch {env['torch']}, transformers {env['transformers']}; model "
+             f"{results['benchmark']['parameters'] / 1e6:.0f}M parameters; "
+             f"{env['tokens_per_step']} valid tokens per step at most, same samples in every mode; "
+             f"median of {env['timed_steps']} steps after {env['warmup_steps']} warm-up.", ""]
+    for name, profile in results["benchmark"]["profiles"].items():
+        lines += [f"## {name}: lengths {profile['min_length']}..{profile['max_length']}, "
+                  f"rows of {profile['capacity']}", "",
+                  "| mode | step ms | valid tok/s | vs fixed | padding | peak GiB | note |",
+                  "|---|---|---|---|---|---|---|"]
+        for mode, r in profile["modes"].items():
+            if r.get("status") != "ok":
+                lines.append(f"| {mode} | - | - | - | - | - | {r['status']}: {r['reason']} |")
+                continue
+            note = ""
+            if "auto_choices" in r:
+                note = f"varlen {r['auto_choices'][VARLEN]} / padded {r['auto_choices'][PADDED]} steps"
+            mem = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "-"
+            lines.append(f"| {mode} | {r['step_ms_median']:.1f} | {r['valid_tokens_per_s']:.0f} | "
+                         f"{r.get('speedup_vs_fixed', float('nan')):.2f}x | "
+                         f"{100 * r['padding_rate']:.1f}% | {mem} | {note} |")
+        lines.append("")
+    par = results.get("parity", {})
+    lines += ["## Loss parity (packed vs padded, same steps, same initial weights)", ""]
+    if par.get("status") == "ok":
+        lines.append(f"{par['steps']} steps of {par['tokens_per_step']} tokens, model {par['model']} "
+                     f"(layers, hidden, heads, mlp), packed with {par['varlen_kernel']}: held-out loss "
+                     f"packed {par['final_heldout_packed']:.4f}, padded {par['final_heldout_padded']:.4f}, "
+                     f"relative difference {100 * par['relative_difference']:.3f}% "
+                     f"({'within' if par['within_1_percent'] else 'NOT within'} 1%).")
+    else:
+        lines.append(f"{par.get('status')}: {par.get('reason')}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=pathlib.Path, required=True, help="output folder")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="h200")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--parity-steps", type=int, default=None, help="0 skips the parity run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-files", type=int, default=None, help="read only this many stdlib files")
+    args = parser.parse_args(argv)
+    args.modes = [m for m in args.modes.split(",") if m]
+    for mode in args.modes:
+        if mode not in MODES:
+            parser.error(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
+    preset = PRESETS[args.preset]
+    if args.parity_steps is not None:
+        preset.parity_steps = args.parity_steps
+    device = torch.device(args.device)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    import transformers
+    corpus = Corpus(max_files=args.max_files)
+    log.info("corpus: %d files, %d train and %d held-out byte tokens", corpus.files,
+             len(corpus.train), len(corpus.heldout))
+    started = time.time()
+    results = {"environment": {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "command": " ".join(["python", *sys.argv]), "preset": args.preset,
+        "tokens_per_step": preset.tokens_per_step, "warmup_steps": preset.warmup_steps,
+        "timed_steps": preset.timed_steps}}
+    results["benchmark"] = benchmark(args, preset, corpus, device)
+    varlen = ("varpack" if varpack_available(device) is None else
+              "torch_varlen" if torch_varlen_available(device) is None else None)
+    results["parity"] = (parity(args, preset, corpus, device, varlen) if preset.parity_steps > 0
+                         else {"status": "skipped", "reason": "--parity-steps 0"})
+    results["environment"]["seconds"] = time.time() - started
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    (args.out / "results.md").write_text(markdown(results))
+    written = plots(results, args.out)
+    log.info("wrote results.json, results.md%s to %s", "".join(", " + w for w in written), args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""DataLoader collation for padding-free training: packs tokenised samples into rows of a capacity
+with varpack's planner and batch builder, and emits the keys Hugging Face's flash-attention path
+reads, so it drops in where transformers' DataCollatorWithFlattening is used.
+
+Two entry points:
+  PackingCollator   collate_fn for a map-style dataset: the DataLoader's list of samples becomes
+                    one flattened batch (all rows concatenated, [1, T]).
+  PackedStream      an IterableDataset over a stream of samples: a bounded buffer is planned,
+                    well-filled rows are emitted `rows_per_batch` at a time, the samples of the
+                    under-filled last rows wait in the buffer for more company. Use it with
+                    DataLoader(stream, batch_size=None).
+Both are deterministic per (seed, epoch): call set_epoch(epoch) as with DistributedSampler.
+
+A sample is a 1-D sequence of token ids, or a mapping with "input_ids" and optionally "labels"
+(the batch builder reads them; -100 in a sample's labels stays -100). Emitted keys:
+    input_ids, labels, position_ids           [1, T] int64 (labels -100 at each sample's start)
+    cu_seq_lens_q, cu_seq_lens_k              [segments + 1] int32
+    max_length_q, max_length_k                Python ints: the kernel needs no device sync
+    loss_weight                               [1, T] float32, if return_loss_weights: per-token or
+                                              per-sample normalisation (varpack.loss explains)
+    segment_sample, segment_offset            if return_segments: where each segment came from
+The packing itself (planning, copying tokens, labels, weights) happens in C++; this file only
+chooses rows and renames keys.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+NORMALISATIONS = ("token", "sample")
+
+
+def epoch_seed(seed: int, epoch: int, index: int = 0) -> int:
+    """A 64-bit seed for (seed, epoch, index) that differs for every triple, so epochs and buffer
+    flushes shuffle differently but reproducibly."""
+    return int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, dtype=np.uint64)[0])
+
+
+def sample_length(sample: Any, index: int) -> int:
+    ids = sample["input_ids"] if hasattr(sample, "keys") else sample
+    try:
+        return len(ids)
+    except TypeError:
+        raise ValueError(f"sample {index}: expected a sequence of token ids or a mapping with "
+                         f"\"input_ids\", got {type(ids).__name__}") from None
+
+
+class _BatchFormat:
+    """Turns the batch builder's flat tensors into the emitted dict (shared by both entry points)."""
+
+    def __init__(self, pad_to_multiple: int, pad_token_id: int, loss_normalization: str,
+                 return_flash_attn_kwargs: bool, return_loss_weights: bool, return_segments: bool):
+        if loss_normalization not in NORMALISATIONS:
+            raise ValueError(f"loss_normalization={loss_normalization!r}: choose \"token\" (every "
+                             "labelled token weighs the same) or \"sample\" (every sample weighs "
+                             "the same)")
+        self.pad_to_multiple = pad_to_multiple
+        self.pad_token_id = pad_token_id
+        self.loss_normalization = loss_normalization
+        self.return_flash_attn_kwargs = return_flash_attn_kwargs
+        self.return_loss_weights = return_loss_weights
+        self.return_segments = return_segments
+
+    def build(self, plan, samples: Sequence, rows: tuple[int, int] | None = None) -> dict:
+        import varpack
+
+        built = varpack.build_batch(plan, samples, rows=rows, pad_to_multiple=self.pad_to_multiple,
+                                    pad_token_id=self.pad_token_id)
+        out = {
+            "input_ids": built["input_ids"].unsqueeze(0),
+            "labels": built["labels"].unsqueeze(0),
+            "position_ids": built["position_ids"].unsqueeze(0),
+        }
+        if self.return_flash_attn_kwargs:
+            out["cu_seq_lens_q"] = built["cu_seqlens"]
+            out["cu_seq_lens_k"] = built["cu_seqlens"]
+            out["max_length_q"] = int(built["max_seqlen"])
+            out["max_length_k"] = int(built["max_seqlen"])
+        if self.return_loss_weights:
+            out["loss_weight"] = built[f"loss_weight_per_{self.loss_normalization}"].unsqueeze(0)
+        if self.return_segments:
+            out["segment_sample"] = built["segment_sample"]
+            out["segment_offset"] = built["segment_offset"]
+            out["row_offsets"] = built["row_offsets"]
+        return out
+
+
+class PackingCollator:
+    """collate_fn that packs the DataLoader's list of samples into rows of `capacity` tokens and
+    returns them flattened as one [1, T] batch.
+
+    capacity=None packs everything into one row (what DataCollatorWithFlattening does); a capacity
+    keeps each row within a kernel-friendly size and applies the over-length policy ("error",
+    "truncate" or "split") to longer samples. shuffle=True permutes the rows with a seed derived
+    from (seed, epoch)."""
+
+    def __init__(self, capacity: int | None = None, algorithm: str = "bfd",
+                 overlong: str = "error", seed: int = 0, shuffle: bool = False,
+                 pad_to_multiple: int = 1, pad_token_id: int = 0,
+                 loss_normalization: str = "token", return_flash_attn_kwargs: bool = True,
+                 return_loss_weights: bool = False, return_segments: bool = False):
+        if capacity is not None and capacity <= 0:
+            raise ValueError(f"PackingCollator: capacity={capacity}; give a positive number of "
+                             "tokens per row, or None for one row holding the whole batch")
+        self.capacity = capacity
+        self.algorithm = algorithm
+        self.overlong = overlong
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.format = _BatchFormat(pad_to_multiple, pad_token_id, loss_normalization,
+                                   return_flash_attn_kwargs, return_loss_weights, return_segments)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __call__(self, features: Sequence) -> dict:
+        import varpack
+
+        if len(features) == 0:
+            raise ValueError("PackingCollator: got an empty batch; the DataLoader passes at least "
+                             "one sample per batch unless the dataset is empty")
+        lengths = [sample_length(f, i) for i, f in enumerate(features)]
+        capacity = self.capacity if self.capacity is not None else max(1, sum(lengths))
+        plan = varpack.plan(lengths, capacity, algorithm=self.algorithm, overlong=self.overlong,
+                            seed=epoch_seed(self.seed, self.epoch), shuffle=self.shuffle)
+        return self.format.build(plan, features)
+
+
+class PackedStream(torch.utils.data.IterableDataset):
+    """Packs an iterable of samples into batches of `rows_per_batch` rows of `capacity` tokens,
+    holding at most `buffer_size` samples in memory.
+
+    When the buffer is full it is planned as a whole; the trailing rows that are less than
+    `min_fill` full keep their samples in the buffer (at most half of it, so the stream always
+    advances), the rest leave as batches in an order shuffled per (seed, epoch, flush). At the end
+    of the stream everything left is emitted, the last batch possibly with fewer rows. With several
+    DataLoader workers each worker takes every num_workers-th sample of the stream."""
+
+    def __init__(self, samples: Iterable, capacity: int, rows_per_batch: int = 1,
+                 buffer_size: int = 1024, algorithm: str = "bfd", overlong: str = "error",
+                 seed: int = 0, shuffle: bool = True, min_fill: float = 0.99,
+                 pad_to_multiple: int = 1, pad_token_id: int = 0,
+                 loss_normalization: str = "token", return_flash_attn_kwargs: bool = True,
+                 return_loss_weights: bool = False, return_segments: bool = False):
+        super().__init__()
+        for name, value in (("capacity", capacity), ("rows_per_batch", rows_per_batch),
+                            ("buffer_size", buffer_size)):
+            if value <= 0:
+                raise ValueError(f"PackedStream: {name}={value}; it must be positive")
+        if not 0.0 <= min_fill <= 1.0:
+            raise ValueError(f"PackedStream: min_fill={min_fill}; give the fraction of a row "
+                             "(0..1) below which trailing rows wait for more samples")
+        self.samples = samples
+        self.capacity = capacity
+        self.rows_per_batch = rows_per_batch
+        self.buffer_size = buffer_size
+        self.algorithm = algorithm
+        self.overlong = overlong
+        self.seed = seed
+        self.shuffle = shuffle
+        self.min_fill = min_fill
+        self.epoch = 0
+        self.format = _BatchFormat(pad_to_multiple, pad_token_id, loss_normalization,
+                                   return_flash_attn_kwargs, return_loss_weights, return_segments)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _my_samples(self) -> Iterable:
+        info = torch.utils.data.get_worker_info()
+        if info is None or info.num_workers == 1:
+            yield from self.samples
+            return
+        for index, sample in enumerate(self.samples):
+            if index % info.num_workers == info.id:
+                yield sample
+
+    def __iter__(self):
+        buffer: list = []
+        flush = 0
+        for sample in self._my_samples():
+            buffer.append(sample)
+            if len(buffer) >= self.buffer_size:
+                batches, buffer = self._drain(buffer, flush, final=False)
+                flush += 1
+                yield from batches
+        while buffer:
+            batches, buffer = self._drain(buffer, flush, final=True)
+            flush += 1
+            yield from batches
+
+    def _drain(self, buffer: list, flush: int, final: bool) -> tuple[list, list]:
+        """Plans the buffer; returns (batches to emit, samples kept for the next flush)."""
+        import varpack
+
+        lengths = [sample_length(s, i) for i, s in enumerate(buffer)]
+        plan = varpack.plan(lengths, self.capacity, algorithm=self.algorithm,
+                            overlong=self.overlong, seed=epoch_seed(self.seed, self.epoch, flush))
+        pieces, row_begin = np.asarray(plan.pieces), np.asarray(plan.row_begin)
+        rows = len(row_begin) - 1
+        emit = rows
+        if not final:
+            emit = self._rows_to_emit(pieces, row_begin, lengths)
+        kept_samples = set()
+        for piece in range(row_begin[emit], row_begin[rows]):
+            kept_samples.add(int(pieces[piece, 0]))
+        kept = [buffer[i] for i in sorted(kept_samples)]
+
+        ranges = [(first, min(first + self.rows_per_batch, emit))
+                  for first in range(0, emit, self.rows_per_batch)]
+        order = np.arange(len(ranges))
+        if self.shuffle:
+            order = np.random.default_rng(epoch_seed(self.seed, self.epoch, flush)).permutation(order)
+        batches = [self.format.build(plan, buffer, rows=ranges[i]) for i in order]
+        return batches, kept
+
+    def _rows_to_emit(self, pieces: np.ndarray, row_begin: np.ndarray, lengths: list) -> int:
+        """How many leading rows leave now: trailing rows under min_fill, and a last incomplete
+        batch, wait, as long as they hold whole samples and at most half the buffer."""
+        rows = len(row_begin) - 1
+        budget = len(lengths) // 2
+        held = 0
+        emit = rows
+        while emit > 0:
+            row = pieces[row_begin[emit - 1]:row_begin[emit]]
+            whole = all(p[1] == 0 and p[2] == lengths[p[0]] for p in row)
+            fill = row[:, 2].sum() / self.capacity if len(row) else 0.0
+            incomplete_batch = emit % self.rows_per_batch != 0
+            if not whole or held + len(row) > budget or not (fill < self.min_fill or incomplete_batch):
+                break
+            held += len(row)
+            emit -= 1
+        # The rows that leave must form whole batches; if the hold-back budget ran out first, the
+        # remainder leaves as a smaller batch rather than stalling the stream.
+        return emit

@@ -1,0 +1,138 @@
+"""Hugging Face transformers integration: one call registers varpack's varlen attention with
+transformers' AttentionInterface, so a model made with attn_implementation="varpack" trains on
+packed batches (varpack.collator.PackingCollator or DataCollatorWithFlattening) with no other change.
+
+    import varpack.hf
+    varpack.hf.register()
+    model = LlamaForCausalLM(config, attn_implementation="varpack")   # or config._attn_implementation
+    loss = model(**packed_batch).loss
+
+Where the sequence boundaries come from, in the order transformers' flash-attention path uses:
+  1. a 2D padding mask (attention_mask, ordinary padded batches): the padded tokens are dropped
+     before the kernel and the output is scattered back (one host sync for the longest row);
+  2. cu_seq_lens_q/k with max_length_q/k (what the collator emits): used as given, no host sync
+     when max_length_* are Python ints;
+  3. position_ids of a single flattened row that restart (DataCollatorWithFlattening without the
+     flash kwargs): a new sequence starts wherever the position does not continue by +1; finding
+     the boundaries costs one host sync;
+  4. otherwise each row of the batch is one sequence (dense causal attention, no sync).
+The kernel is any function with FlashAttention-2's flash_attn_varlen_func signature; register()
+uses varpack.flash_attn_varlen_func, register_varlen_function() takes another (the training
+benchmark registers torch's varlen_attn through it for a like-for-like comparison).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+DEFAULT_NAME = "varpack"
+
+
+def _boundaries_from_position_ids(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """cu_seqlens (int32) and the longest sequence of one flattened row of positions."""
+    flat = position_ids.reshape(-1)
+    total = flat.numel()
+    restarts = torch.ones(total, dtype=torch.bool, device=flat.device)
+    restarts[1:] = flat[1:] != flat[:-1] + 1
+    starts = restarts.nonzero().reshape(-1).to(torch.int32)
+    end = torch.tensor([total], dtype=torch.int32, device=flat.device)
+    cu_seqlens = torch.cat([starts, end])
+    return cu_seqlens, int(cu_seqlens.diff().max().item())
+
+
+def _host_int(value) -> int:
+    return int(value.item()) if isinstance(value, torch.Tensor) else int(value)
+
+
+def make_attention_forward(varlen_fn: Callable) -> Callable:
+    """Wraps an FA2-style flash_attn_varlen_func into transformers' attention-function signature."""
+
+    def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                          value: torch.Tensor, attention_mask: torch.Tensor | None,
+                          dropout: float = 0.0, scaling: float | None = None,
+                          sliding_window: int | None = None, softcap: float | None = None,
+                          is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+        # transformers hands q/k/v as [batch, heads, seq, head_dim]; the varlen kernel wants
+        # [tokens, heads, head_dim], and the caller expects [batch, seq, heads, head_dim] back.
+        batch, heads, q_len, head_dim = query.shape
+        k_len = key.shape[2]
+        q = query.transpose(1, 2)
+        k = key.transpose(1, 2)
+        v = value.transpose(1, 2)
+        causal = bool(module.is_causal if is_causal is None else is_causal)
+        options = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal,
+                       softcap=0.0 if softcap is None else softcap)
+        if sliding_window is not None:
+            options["window_size"] = (sliding_window - 1, sliding_window - 1)
+
+        cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+        position_ids = kwargs.get("position_ids")
+        if attention_mask is not None:
+            if attention_mask.dim() != 2:
+                raise ValueError(
+                    f"varpack attention got a {attention_mask.dim()}D attention_mask; it takes "
+                    "the 2D padding mask (batch, keys) or none. Create the model after "
+                    "varpack.hf.register() so transformers builds the right mask")
+            mask = attention_mask[:, -k_len:].bool()
+            lengths = mask.sum(dim=1, dtype=torch.int32)
+            cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+            longest = int(lengths.max().item())
+            if q_len != k_len:
+                raise ValueError("varpack attention with a padding mask needs as many queries as "
+                                 f"keys (got {q_len} and {k_len}); use it for training, not "
+                                 "cached decoding")
+            keep = mask.reshape(-1).nonzero().reshape(-1)
+            out = varlen_fn(q.reshape(-1, heads, head_dim)[keep],
+                            k.reshape(batch * k_len, -1, head_dim)[keep],
+                            v.reshape(batch * k_len, -1, v.shape[-1])[keep],
+                            cu, cu, longest, longest, **options)
+            out = out[0] if isinstance(out, tuple) else out
+            full = out.new_zeros(batch * q_len, heads, out.shape[-1])
+            full[keep] = out
+            return full.view(batch, q_len, heads, -1), None
+
+        if cu_q is not None and cu_k is not None:
+            max_q = kwargs.get("max_length_q")
+            max_k = kwargs.get("max_length_k", max_q)
+            if max_q is None:
+                max_q = int(cu_q.diff().max().item())
+                max_k = int(cu_k.diff().max().item())
+            max_q, max_k = _host_int(max_q), _host_int(max_k)
+        elif position_ids is not None and batch == 1 and q_len == k_len:
+            cu_q, max_q = _boundaries_from_position_ids(position_ids)
+            cu_k, max_k = cu_q, max_q
+        else:
+            # One sequence per row; a cache (k_len > q_len) aligns causal bottom-right, as FA2 does.
+            rows = torch.arange(batch + 1, dtype=torch.int32, device=query.device)
+            cu_q, cu_k, max_q, max_k = rows * q_len, rows * k_len, q_len, k_len
+
+        out = varlen_fn(q.reshape(batch * q_len, heads, head_dim),
+                        k.reshape(batch * k_len, -1, head_dim),
+                        v.reshape(batch * k_len, -1, v.shape[-1]),
+                        cu_q, cu_k, max_q, max_k, **options)
+        out = out[0] if isinstance(out, tuple) else out
+        return out.view(batch, q_len, heads, -1), None
+
+    return attention_forward
+
+
+def register_varlen_function(name: str, varlen_fn: Callable) -> Callable:
+    """Registers `varlen_fn` (FA2 signature) as attention implementation `name`, with the
+    flash-attention mask so transformers hands it a 2D padding mask or none. Returns the wrapped
+    attention function."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    forward = make_attention_forward(varlen_fn)
+    AttentionInterface.register(name, forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return forward
+
+
+def register(name: str = DEFAULT_NAME) -> Callable:
+    """Registers varpack.flash_attn_varlen_func as attention implementation `name` ("varpack").
+    Safe to call more than once."""
+    import varpack
+
+    return register_varlen_function(name, varpack.flash_attn_varlen_func)
