@@ -1,0 +1,204 @@
+// varpack._C: Python bindings of the planner (pack.h) and the batch builder (batch.h). They only
+// convert: numpy arrays in, numpy views / torch tensors out, varpack::Error -> ValueError with the
+// same message. python/varpack/packing.py gives them their Python shape. (The attention operators
+// are registered with torch in attention_op.cpp, loaded with this module.)
+#include <pybind11/numpy.h>
+#include <torch/extension.h>
+
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "varpack/batch.h"
+#include "varpack/error.h"
+#include "varpack/pack.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using Int32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+// A Python sequence of samples as a TokenSource. A sample is a 1-D sequence of token ids, or a
+// mapping with "input_ids" and optionally "labels". Samples are fetched and converted to int32 on
+// first use and kept, so building a few rows of a large dataset touches only the samples in them
+// and the copies happen in numpy, not in a Python loop over tokens. Runs with the GIL held.
+class SequenceTokenSource final : public varpack::TokenSource {
+ public:
+  explicit SequenceTokenSource(py::sequence samples)
+      : samples_(std::move(samples)), size_(static_cast<int64_t>(py::len(samples_))) {}
+
+  int64_t num_samples() const override { return size_; }
+  std::span<const int32_t> input_ids(int64_t sample) const override { return view(fetch(sample).input_ids); }
+  std::span<const int32_t> labels(int64_t sample) const override { return view(fetch(sample).labels); }
+
+ private:
+  struct Sample {
+    Int32Array input_ids;
+    Int32Array labels;  // empty: the sample has no labels of its own
+  };
+
+  static std::span<const int32_t> view(const Int32Array& a) {
+    return {a.data(), static_cast<size_t>(a.size())};
+  }
+
+  static Int32Array to_ids(const py::handle& obj, int64_t sample, const char* what) {
+    Int32Array a = Int32Array::ensure(obj);
+    if (!a) {
+      throw py::value_error("sample " + std::to_string(sample) + ": " + what +
+                            " is not convertible to an integer array (" + std::string(py::str(py::type::of(obj))) +
+                            ")");
+    }
+    if (a.ndim() != 1) {
+      throw py::value_error("sample " + std::to_string(sample) + ": " + what + " must be 1-D, got " +
+                            std::to_string(a.ndim()) + " dimensions");
+    }
+    return a;
+  }
+
+  const Sample& fetch(int64_t sample) const {
+    auto found = cache_.find(sample);
+    if (found != cache_.end()) return found->second;
+    const py::object obj = samples_[py::int_(sample)];
+    Sample s;
+    if (py::hasattr(obj, "keys")) {
+      if (!obj.contains("input_ids")) {
+        throw py::value_error("sample " + std::to_string(sample) + " is a mapping without \"input_ids\"");
+      }
+      s.input_ids = to_ids(obj["input_ids"], sample, "input_ids");
+      if (obj.contains("labels") && !obj["labels"].is_none()) {
+        s.labels = to_ids(obj["labels"], sample, "labels");
+        if (s.labels.size() != s.input_ids.size()) {
+          throw py::value_error("sample " + std::to_string(sample) + " has " + std::to_string(s.labels.size()) +
+                                " labels for " + std::to_string(s.input_ids.size()) +
+                                " input_ids; give one label per token (-100 to ignore one)");
+        }
+      }
+    } else {
+      s.input_ids = to_ids(obj, sample, "input_ids");
+    }
+    if (s.labels.ptr() == nullptr) s.labels = Int32Array(0);
+    return cache_.emplace(sample, std::move(s)).first->second;
+  }
+
+  py::sequence samples_;
+  int64_t size_;
+  mutable std::unordered_map<int64_t, Sample> cache_;
+};
+
+// A read-only numpy view of `data` that keeps `owner` (the PackPlan) alive.
+template <typename T>
+py::array view_of(const T* data, std::vector<py::ssize_t> shape, const py::object& owner) {
+  py::array a(py::dtype::of<T>(), std::move(shape), {}, data, owner);
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
+template <typename T>
+torch::Tensor tensor_of(const std::vector<T>& v, torch::ScalarType type) {
+  const auto source_type = torch::CppTypeToScalarType<T>::value;
+  return torch::from_blob(const_cast<T*>(v.data()), {static_cast<int64_t>(v.size())}, source_type)
+      .to(type, /*non_blocking=*/false, /*copy=*/true);
+}
+
+py::dict stats_dict(const varpack::PlanStats& s) {
+  py::dict d;
+  d["samples"] = s.samples;
+  d["tokens"] = s.tokens;
+  d["rows"] = s.rows;
+  d["capacity"] = s.capacity;
+  d["lower_bound_rows"] = s.lower_bound_rows;
+  d["padded_tokens"] = s.padded_tokens;
+  d["padding_rate_packed"] = s.padding_rate_packed;
+  d["padding_rate_unpacked"] = s.padding_rate_unpacked;
+  d["truncated_tokens"] = s.truncated_tokens;
+  d["skipped_samples"] = s.skipped_samples;
+  d["split_samples"] = s.split_samples;
+  d["gap_to_lower_bound"] = s.gap_to_lower_bound();
+  return d;
+}
+
+varpack::PackPlan plan_packing(py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+                               int64_t capacity, const std::string& algorithm, const std::string& overlong,
+                               int64_t batch_size, bool shuffle_rows, uint64_t seed) {
+  varpack::PackOptions options;
+  options.capacity = capacity;
+  options.algorithm = varpack::parse_algorithm(algorithm);
+  options.overlong = varpack::parse_overlong_policy(overlong);
+  options.batch_size = batch_size;
+  options.shuffle_rows = shuffle_rows;
+  options.seed = seed;
+  const std::span<const int64_t> span(lengths.data(), static_cast<size_t>(lengths.size()));
+  py::gil_scoped_release release;  // planning millions of lengths needs no Python
+  return varpack::plan_packing(span, options);
+}
+
+py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t row_last, py::sequence samples,
+                     int64_t pad_to_multiple, int32_t pad_token_id, bool restart_positions_per_piece) {
+  const SequenceTokenSource source(std::move(samples));
+  varpack::BatchOptions options;
+  options.pad_to_multiple = pad_to_multiple;
+  options.pad_token_id = pad_token_id;
+  options.restart_positions_per_piece = restart_positions_per_piece;
+  const varpack::PackedBatch b = varpack::build_packed_batch(plan, row_first, row_last, source, options);
+  py::dict d;
+  // int64 ids and labels: what nn.Embedding and cross_entropy take without another conversion.
+  d["input_ids"] = tensor_of(b.input_ids, torch::kInt64);
+  d["labels"] = tensor_of(b.labels, torch::kInt64);
+  d["position_ids"] = tensor_of(b.position_ids, torch::kInt64);
+  d["cu_seqlens"] = tensor_of(b.cu_seqlens, torch::kInt32);
+  d["max_seqlen"] = b.max_seqlen;
+  d["segment_sample"] = tensor_of(b.segment_sample, torch::kInt64);
+  d["segment_offset"] = tensor_of(b.segment_offset, torch::kInt64);
+  d["row_offsets"] = tensor_of(b.row_offsets, torch::kInt64);
+  d["loss_weight_per_token"] = tensor_of(b.loss_weight_per_token, torch::kFloat32);
+  d["loss_weight_per_sample"] = tensor_of(b.loss_weight_per_sample, torch::kFloat32);
+  d["num_samples"] = b.num_samples;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "varpack C++ core: planner, batch builder (use the varpack package, not this module)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const varpack::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  static_assert(sizeof(varpack::Piece) == 3 * sizeof(int64_t), "pieces are viewed as an [P, 3] int64 array");
+  py::class_<varpack::PackPlan>(m, "PackPlan")
+      .def_property_readonly("pieces",
+                             [](py::object self) {
+                               const auto& p = self.cast<const varpack::PackPlan&>();
+                               return view_of(&p.pieces.data()->sample,
+                                              {static_cast<py::ssize_t>(p.pieces.size()), 3}, self);
+                             })
+      .def_property_readonly("row_begin",
+                             [](py::object self) {
+                               const auto& p = self.cast<const varpack::PackPlan&>();
+                               return view_of(p.row_begin.data(), {static_cast<py::ssize_t>(p.row_begin.size())},
+                                              self);
+                             })
+      .def_property_readonly("row_width",
+                             [](py::object self) {
+                               const auto& p = self.cast<const varpack::PackPlan&>();
+                               return view_of(p.row_width.data(), {static_cast<py::ssize_t>(p.row_width.size())},
+                                              self);
+                             })
+      .def_property_readonly("stats", [](const varpack::PackPlan& p) { return stats_dict(p.stats); })
+      .def("rows", &varpack::PackPlan::rows)
+      .def("__eq__", [](const varpack::PackPlan& a, const varpack::PackPlan& b) { return a == b; });
+
+  m.def("plan_packing", &plan_packing, py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"),
+        py::arg("overlong"), py::arg("batch_size"), py::arg("shuffle_rows"), py::arg("seed"));
+  m.def("build_packed_batch", &build_batch, py::arg("plan"), py::arg("row_first"), py::arg("row_last"),
+        py::arg("samples"), py::arg("pad_to_multiple"), py::arg("pad_token_id"),
+        py::arg("restart_positions_per_piece"));
+}
