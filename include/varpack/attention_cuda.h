@@ -1,0 +1,43 @@
+// The CUDA implementation of varlen attention (sm_80 and sm_90; bf16 or fp16 in, fp32 accumulation;
+// head dims 64 and 128). Pointers in the params are device pointers, cu_seqlens included; the
+// max_seqlen fields are not needed. Nothing here synchronises the device or reads device memory
+// on the host: every call only queues work on `stream`. Errors in the arguments throw
+// varpack::Error naming the field; a failed launch throws with CUDA's message.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "varpack/attention.h"
+
+namespace varpack {
+
+// Throws varpack::Error unless the CUDA kernels support these params: dtype bf16 or f16,
+// head_dim 64 or 128, unit stride along head_dim, and rows and heads 16-byte aligned.
+void check_attention_params_cuda(const AttentionParams& params);
+
+// out and lse (when non-null) for every query row in a sequence; rows past cu_seqlens_q[batch]
+// are not written.
+void attention_forward_cuda(const AttentionParams& params, cudaStream_t stream);
+
+// Bytes of device workspace attention_backward_cuda needs (fp32 per query row and head).
+size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& params);
+
+// dq, dk, dv for every row in a sequence; rows past cu_seqlens[batch] are not written. Always
+// deterministic: no atomics, so `deterministic` is honoured whatever its value. `workspace` must
+// hold attention_backward_workspace_bytes_cuda bytes, 16-byte aligned.
+void attention_backward_cuda(const AttentionBackwardParams& params, void* workspace,
+                             cudaStream_t stream);
+
+// Sets rows [cu_seqlens[batch], total_rows) of a contiguous [total_rows, row_elems] 16-bit tensor
+// to zero, reading cu_seqlens[batch] on the device (the tail that belongs to no sequence).
+void zero_rows_past_end_cuda(void* data, int64_t row_bytes, int64_t total_rows,
+                             const int32_t* cu_seqlens, int64_t batch, cudaStream_t stream);
+
+// Sets lse[h, i] = +inf for i in [cu_seqlens[batch], total_rows): those rows see no key.
+void fill_lse_past_end_cuda(float* lse, int64_t head_stride, int heads, int64_t total_rows,
+                            const int32_t* cu_seqlens, int64_t batch, cudaStream_t stream);
+
+}  // namespace varpack

@@ -1,0 +1,96 @@
+// The CUDA implementation of the varpack::varlen_fwd / varlen_bwd operators (schema in
+// ../attention_op.cpp): the kernels of src/attn/cuda, queued on torch's current stream. No
+// device-to-host copy anywhere: max_seqlen are host ints, cu_seqlens stay on the device, and the
+// rows past cu_seqlens[-1] are filled by small kernels that read cu_seqlens[-1] themselves.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <tuple>
+
+#include "../attention_params.h"
+#include "varpack/attention_cuda.h"
+
+namespace varpack::op {
+namespace {
+
+void zero_tail(at::Tensor& t, const at::Tensor& cu_seqlens, cudaStream_t stream) {
+  const int64_t rows = t.size(0);
+  const int64_t row_bytes = rows > 0 ? t.numel() / rows * t.element_size() : 0;
+  zero_rows_past_end_cuda(t.data_ptr(), row_bytes, rows, cu_seqlens.data_ptr<int32_t>(),
+                          cu_seqlens.numel() - 1, stream);
+}
+
+std::tuple<at::Tensor, at::Tensor> varlen_fwd_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap) {
+  check_forward_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
+  rethrow_as_value_error([&] {
+    if (q.numel() == 0 || k.numel() == 0) {
+      out.zero_();
+      lse.fill_(std::numeric_limits<double>::infinity());
+      return;
+    }
+    const AttentionParams p =
+        forward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       softmax_scale, causal, window_left, window_right, softcap, out, lse);
+    attention_forward_cuda(p, stream);
+    zero_tail(out, cu_seqlens_q, stream);
+    fill_lse_past_end_cuda(lse.data_ptr<float>(), lse.stride(0), static_cast<int>(lse.size(0)),
+                           lse.size(1), cu_seqlens_q.data_ptr<int32_t>(),
+                           cu_seqlens_q.numel() - 1, stream);
+  });
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_bwd_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+    bool deterministic) {
+  check_backward_inputs(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  rethrow_as_value_error([&] {
+    if (q.numel() == 0 || k.numel() == 0) {
+      dq.zero_();
+      dk.zero_();
+      dv.zero_();
+      return;
+    }
+    const AttentionBackwardParams p =
+        backward_params(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+                        deterministic, dq, dk, dv);
+    // Through torch's caching allocator: no cudaMalloc, and ordered on this stream.
+    at::Tensor workspace =
+        at::empty({static_cast<int64_t>(attention_backward_workspace_bytes_cuda(p))},
+                  q.options().dtype(at::kByte));
+    attention_backward_cuda(p, workspace.data_ptr(), stream);
+    zero_tail(dq, cu_seqlens_q, stream);
+    zero_tail(dk, cu_seqlens_k, stream);
+    zero_tail(dv, cu_seqlens_k, stream);
+  });
+  return {dq, dk, dv};
+}
+
+}  // namespace
+}  // namespace varpack::op
+
+TORCH_LIBRARY_IMPL(varpack, CUDA, m) {
+  m.impl("varlen_fwd", &varpack::op::varlen_fwd_cuda);
+  m.impl("varlen_bwd", &varpack::op::varlen_bwd_cuda);
+}

@@ -1,0 +1,90 @@
+// Host entry points of the CUDA attention: argument checks that name the field at fault, and the
+// run-time switch from (dtype, head dim) to the compiled instance.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "attn/cuda/instances.h"
+#include "varpack/attention_cuda.h"
+#include "varpack/error.h"
+
+namespace varpack {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error("varpack CUDA attention: " + message);
+}
+
+void check_tensor(const char* name, const void* ptr, int64_t row_stride, int64_t head_stride) {
+  const std::string n(name);
+  require(ptr != nullptr, n + " is null");
+  require(reinterpret_cast<uintptr_t>(ptr) % 16 == 0,
+          n + " must be 16-byte aligned (the kernels copy 8 elements at a time)");
+  require(row_stride % 8 == 0 && head_stride % 8 == 0,
+          n + " row and head strides must be multiples of 8 elements (got " +
+              std::to_string(row_stride) + ", " + std::to_string(head_stride) +
+              "); make the tensor contiguous");
+}
+
+// Calls f(T{}, std::integral_constant<int, D>{}) for the compiled instance of the params.
+template <class F>
+void dispatch(const AttentionParams& p, F&& f) {
+  const bool bf16 = p.dtype == DType::bf16;
+  if (p.head_dim == 64) {
+    if (bf16) f(__nv_bfloat16{}, std::integral_constant<int, 64>{});
+    else f(__half{}, std::integral_constant<int, 64>{});
+  } else {
+    if (bf16) f(__nv_bfloat16{}, std::integral_constant<int, 128>{});
+    else f(__half{}, std::integral_constant<int, 128>{});
+  }
+}
+
+}  // namespace
+
+void check_attention_params_cuda(const AttentionParams& p) {
+  require(p.dtype == DType::bf16 || p.dtype == DType::f16,
+          "dtype must be bf16 or f16 (fp32 and fp64 run on the CPU paths)");
+  require(p.head_dim == 64 || p.head_dim == 128,
+          "head_dim " + std::to_string(p.head_dim) + " is not compiled; supported: 64, 128");
+  require(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0,
+          "heads (" + std::to_string(p.heads) + ") must be a positive multiple of kv_heads (" +
+              std::to_string(p.kv_heads) + ")");
+  require(p.batch >= 0 && p.total_q >= 0 && p.total_k >= 0, "batch, total_q, total_k must be >= 0");
+  require(p.batch == 0 || (p.cu_seqlens_q != nullptr && p.cu_seqlens_k != nullptr),
+          "cu_seqlens_q and cu_seqlens_k must be device pointers");
+  require(p.softcap >= 0.f, "softcap must be >= 0 (0 disables it)");
+  check_tensor("q", p.q, p.q_row_stride, p.q_head_stride);
+  check_tensor("k", p.k, p.k_row_stride, p.k_head_stride);
+  check_tensor("v", p.v, p.v_row_stride, p.v_head_stride);
+}
+
+void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
+  check_attention_params_cuda(p);
+  check_tensor("out", p.out, p.out_row_stride, p.out_head_stride);
+  dispatch(p, [&](auto t, auto d) { cuda::run_forward<decltype(t), decltype(d)::value>(p, stream); });
+}
+
+size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& p) {
+  // Delta = rowsum(dO * O), fp32 [heads, total_q].
+  return static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
+}
+
+void attention_backward_cuda(const AttentionBackwardParams& p, void* workspace,
+                             cudaStream_t stream) {
+  check_attention_params_cuda(p);
+  check_tensor("out", p.out, p.out_row_stride, p.out_head_stride);
+  check_tensor("dout", p.dout, p.dout_row_stride, p.dout_head_stride);
+  check_tensor("dq", p.dq, p.dq_row_stride, p.dq_head_stride);
+  check_tensor("dk", p.dk, p.dk_row_stride, p.dk_head_stride);
+  check_tensor("dv", p.dv, p.dv_row_stride, p.dv_head_stride);
+  require(p.lse != nullptr, "lse (the forward's log-sum-exp) is required by the backward");
+  require(workspace != nullptr || attention_backward_workspace_bytes_cuda(p) == 0,
+          "workspace is null; allocate attention_backward_workspace_bytes_cuda bytes");
+  dispatch(p, [&](auto t, auto d) {
+    cuda::run_backward<decltype(t), decltype(d)::value>(p, workspace, stream);
+  });
+}
+
+}  // namespace varpack

@@ -1,0 +1,13 @@
+// Backward kernel instance: f16, head dim 128.
+#include "attn/cuda/backward_kernels.cuh"
+#include "attn/cuda/instances.h"
+
+namespace varpack::cuda {
+
+template <>
+void run_backward<__half, 128>(const AttentionBackwardParams& params, void* workspace,
+                              cudaStream_t stream) {
+  launch_backward<__half, 128>(params, workspace, stream);
+}
+
+}  // namespace varpack::cuda

@@ -1,0 +1,450 @@
+// Varlen attention backward on mma.sync tensor cores, sm_80+, in three launches:
+//  1. delta_kernel:  Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] (fp32, into the workspace).
+//  2. dkdv_kernel:   one block per (kv head, key tile); each warp owns 16 keys and walks every query
+//                    tile of every q head of its group that can see them, recomputing P^T = exp(S^T -
+//                    lse) and accumulating dV += P^T dO and dK += dS^T Q in registers.
+//  3. dq_kernel:     one block per (q head, query tile); each warp owns 16 queries and walks the
+//                    key tiles they can see, accumulating dQ += dS K in registers.
+// No atomics anywhere, so the backward is deterministic (bit-identical run to run) in every mode;
+// the price is recomputing S and dP in the dQ pass (7 matrix products per tile pair instead of 5).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attn/cuda/forward_kernel.cuh"
+#include "attn/cuda/kernel_common.cuh"
+#include "attn/cuda/tile_bounds.cuh"
+#include "varpack/attention.h"
+
+namespace varpack::cuda {
+
+template <int D>
+struct BackwardConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  // dK/dV pass: 64 keys per block (16 per warp), query tiles of 32.
+  static constexpr int kKeysPerBlock = kWarps * 16;
+  static constexpr int kQueryStep = 32;
+  static constexpr int kKeyTileBytes = kKeysPerBlock * D * 2;
+  static constexpr int kQueryTileBytes = kQueryStep * D * 2;
+  static constexpr int kDkdvSmemBytes =
+      2 * kKeyTileBytes + 4 * kQueryTileBytes + 4 * kQueryStep * 4;  // K, V, Q x2, dO x2, stats
+  // dQ pass: 64 queries per block (16 per warp), key tiles of 32.
+  static constexpr int kQueriesPerBlock = kWarps * 16;
+  static constexpr int kKeyStep = 32;
+  static constexpr int kQBlockBytes = kQueriesPerBlock * D * 2;
+  static constexpr int kKeyStepBytes = kKeyStep * D * 2;
+  static constexpr int kDqSmemBytes = 2 * kQBlockBytes + 4 * kKeyStepBytes;  // Q, dO, K x2, V x2
+};
+
+// x = the scaled (and capped) score, natural-log domain; dxds = dx / d(q.k).
+__device__ __forceinline__ void score_and_slope(float s, float scale, float softcap, float& x,
+                                                float& dxds) {
+  if (softcap > 0.f) {
+    const float t = fast_tanh(s * scale / softcap);
+    x = softcap * t;
+    dxds = scale * (1.f - t * t);
+  } else {
+    x = s * scale;
+    dxds = scale;
+  }
+}
+
+template <class T, int D>
+__global__ void delta_kernel(const AttentionBackwardParams p, float* delta) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp >= p.total_q * p.heads) return;
+  const int64_t row = warp / p.heads;
+  const int h = static_cast<int>(warp % p.heads);
+  const T* dout = static_cast<const T*>(p.dout) + row * p.dout_row_stride + h * p.dout_head_stride;
+  const T* out = static_cast<const T*>(p.out) + row * p.out_row_stride + h * p.out_head_stride;
+  float acc = 0.f;
+  for (int d = 2 * lane; d < D; d += 64) {
+    const float2 a = Mma<T>::unpack(*reinterpret_cast<const uint32_t*>(dout + d));
+    const float2 b = Mma<T>::unpack(*reinterpret_cast<const uint32_t*>(out + d));
+    acc += a.x * b.x + a.y * b.y;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) delta[h * p.total_q + row] = acc;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
+    dkdv_kernel(const AttentionBackwardParams p, const float* delta, int64_t slots) {
+  using Cfg = BackwardConfig<D>;
+  constexpr int kBN = Cfg::kKeysPerBlock;
+  constexpr int kBM = Cfg::kQueryStep;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const TileSlot slot = find_slot<kBN>(p.cu_seqlens_k, p.batch, slots);
+  if (!slot.valid) return;
+  const int hk = static_cast<int>(blockIdx.y);
+  const int group = p.heads / p.kv_heads;
+  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  const int64_t n0 = slot.block * kBN;
+  const int64_t n1 = n0 + kBN < seq.k_len ? n0 + kBN : seq.k_len;
+  const Range queries = queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right);
+  const int64_t m_first = queries.begin / kBM * kBM;
+  const int m_tiles =
+      queries.end > m_first ? static_cast<int>((queries.end - m_first + kBM - 1) / kBM) : 0;
+  const int iters = m_tiles * group;
+
+  const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+
+  const uint32_t sK = smem_addr(smem);
+  const uint32_t sV = sK + Cfg::kKeyTileBytes;
+  const uint32_t sQ = sV + Cfg::kKeyTileBytes;
+  const uint32_t sdO = sQ + 2 * Cfg::kQueryTileBytes;
+  const uint32_t sStat = sdO + 2 * Cfg::kQueryTileBytes;  // [buffer][lse | delta][kBM] floats
+  const float* stat = reinterpret_cast<const float*>(smem + 2 * Cfg::kKeyTileBytes +
+                                                     4 * Cfg::kQueryTileBytes);
+
+  // Queues the loads of iteration `it` (q head and query tile) into buffer it & 1.
+  auto load_queries = [&](int it) {
+    const int h = hk * group + it / m_tiles;
+    const int64_t m0 = m_first + static_cast<int64_t>(it % m_tiles) * kBM;
+    const int buf = it & 1;
+    const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
+    const T* dout =
+        static_cast<const T*>(p.dout) + seq.q_begin * p.dout_row_stride + h * p.dout_head_stride;
+    load_tile_async<kBM, D, Cfg::kThreads>(sQ + buf * Cfg::kQueryTileBytes, q, p.q_row_stride, m0,
+                                           seq.q_len);
+    load_tile_async<kBM, D, Cfg::kThreads>(sdO + buf * Cfg::kQueryTileBytes, dout,
+                                           p.dout_row_stride, m0, seq.q_len);
+    const int tid = static_cast<int>(threadIdx.x);
+    if (tid < 2 * kBM) {
+      const int which = tid / kBM;  // 0: lse, 1: delta
+      const int r = tid % kBM;
+      const bool valid = m0 + r < seq.q_len;
+      const int64_t i = seq.q_begin + (valid ? m0 + r : 0);
+      const float* src = which == 0 ? p.lse + h * p.lse_head_stride + i : delta + h * p.total_q + i;
+      cp_async_4(sStat + (buf * 2 * kBM + which * kBM + r) * 4, src, valid);
+    }
+  };
+
+  load_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);
+  load_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n0, seq.k_len);
+  if (iters > 0) load_queries(0);
+  cp_async_commit();
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4;
+  const int qd = lane % 4;
+
+  // K and V rows are this warp's A operands; Q and dO tiles are B operands, plain for S^T and dP^T
+  // and transposed for dK and dV.
+  const FragAddress<D> ka(sK, warp * 16 + (lane & 15), lane >> 4);
+  const FragAddress<D> va(sV, warp * 16 + (lane & 15), lane >> 4);
+  const FragAddress<D> qa(sQ, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const FragAddress<D> doa(sdO, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const FragAddress<D> qta(sQ, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  const FragAddress<D> dota(sdO, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dk[i][c] = dv[i][c] = 0.f;
+
+  for (int it = 0; it < iters; ++it) {
+    const int64_t m0 = m_first + static_cast<int64_t>(it % m_tiles) * kBM;
+    if (it + 1 < iters) load_queries(it + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int buf = it & 1;
+    const uint32_t boff = buf * Cfg::kQueryTileBytes;
+    const float* lse = stat + buf * 2 * kBM;
+    const float* dlt = lse + kBM;
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x kBM queries.
+    float st[kBM / 8][4], dpt[kBM / 8][4];
+#pragma unroll
+    for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st[i][c] = dpt[i][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      ldmatrix_x4(ak, ka.at(kk, 0));
+      ldmatrix_x4(av, va.at(kk, 0));
+#pragma unroll
+      for (int np = 0; np < kBM / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, qa.at(kk, 2 * np) + boff);
+        Mma<T>::run(st[2 * np], ak, b[0], b[1]);
+        Mma<T>::run(st[2 * np + 1], ak, b[2], b[3]);
+        ldmatrix_x4(b, doa.at(kk, 2 * np) + boff);
+        Mma<T>::run(dpt[2 * np], av, b[0], b[1]);
+        Mma<T>::run(dpt[2 * np + 1], av, b[2], b[3]);
+      }
+    }
+
+    const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
+                                         p.window_right);
+#pragma unroll
+    for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = i * 8 + 2 * qd + (c & 1);  // query inside the tile
+        float x, dxds;
+        score_and_slope(st[i][c], p.softmax_scale, p.softcap, x, dxds);
+        float pr = fast_exp2((x - lse[col]) * kLog2e);
+        if (!full) {
+          const int64_t qi = m0 + col;
+          const int64_t kj = n0 + warp * 16 + g + 8 * (c / 2);
+          const bool visible = qi < seq.q_len && kj >= seq.key_begin(qi, p.window_left) &&
+                               kj < seq.key_end(qi, p.causal, p.window_right);
+          if (!visible) pr = 0.f;
+        }
+        st[i][c] = pr;
+        dpt[i][c] = pr * (dpt[i][c] - dlt[col]) * dxds;
+      }
+
+    // dV += P^T dO and dK += dS^T Q: the accumulators are A fragments over the query dimension.
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      const uint32_t ap[4] = {Mma<T>::pack(st[2 * kk][0], st[2 * kk][1]),
+                              Mma<T>::pack(st[2 * kk][2], st[2 * kk][3]),
+                              Mma<T>::pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                              Mma<T>::pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const uint32_t ads[4] = {Mma<T>::pack(dpt[2 * kk][0], dpt[2 * kk][1]),
+                               Mma<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                               Mma<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                               Mma<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, dota.at(dp, 2 * kk) + boff);
+        Mma<T>::run(dv[2 * dp], ap, b[0], b[1]);
+        Mma<T>::run(dv[2 * dp + 1], ap, b[2], b[3]);
+        ldmatrix_x4_trans(b, qta.at(dp, 2 * kk) + boff);
+        Mma<T>::run(dk[2 * dp], ads, b[0], b[1]);
+        Mma<T>::run(dk[2 * dp + 1], ads, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // buffer it & 1 is refilled by the loads queued in iteration it + 1
+  }
+  cp_async_wait<0>();
+
+  T* dkp = static_cast<T*>(p.dk) + seq.k_begin * p.dk_row_stride + hk * p.dk_head_stride;
+  T* dvp = static_cast<T*>(p.dv) + seq.k_begin * p.dv_row_stride + hk * p.dv_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = n0 + warp * 16 + g + 8 * r;
+    if (j >= seq.k_len) continue;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      *reinterpret_cast<uint32_t*>(dkp + j * p.dk_row_stride + dn * 8 + 2 * qd) =
+          Mma<T>::pack(dk[dn][2 * r], dk[dn][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dvp + j * p.dv_row_stride + dn * 8 + 2 * qd) =
+          Mma<T>::pack(dv[dn][2 * r], dv[dn][2 * r + 1]);
+    }
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
+    dq_kernel(const AttentionBackwardParams p, const float* delta, int64_t slots) {
+  using Cfg = BackwardConfig<D>;
+  constexpr int kBM = Cfg::kQueriesPerBlock;
+  constexpr int kBN = Cfg::kKeyStep;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const TileSlot slot = find_slot<kBM>(p.cu_seqlens_q, p.batch, slots);
+  if (!slot.valid) return;
+  const int h = static_cast<int>(blockIdx.y);
+  const int hk = h / (p.heads / p.kv_heads);
+  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  const int64_t m0 = slot.block * kBM;
+  const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
+  const Range keys = keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right);
+  const int64_t n_first = keys.begin / kBN * kBN;
+  const int num_tiles =
+      keys.end > n_first ? static_cast<int>((keys.end - n_first + kBN - 1) / kBN) : 0;
+
+  const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
+  const T* dout =
+      static_cast<const T*>(p.dout) + seq.q_begin * p.dout_row_stride + h * p.dout_head_stride;
+  const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+
+  const uint32_t sQ = smem_addr(smem);
+  const uint32_t sdO = sQ + Cfg::kQBlockBytes;
+  const uint32_t sK = sdO + Cfg::kQBlockBytes;
+  const uint32_t sV = sK + 2 * Cfg::kKeyStepBytes;
+
+  load_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
+  load_tile_async<kBM, D, Cfg::kThreads>(sdO, dout, p.dout_row_stride, m0, seq.q_len);
+  cp_async_commit();
+  if (num_tiles > 0) {
+    load_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n_first, seq.k_len);
+    load_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n_first, seq.k_len);
+  }
+  cp_async_commit();
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4;
+  const int qd = lane % 4;
+
+  // This thread's two query rows: their lse, delta and visible key ranges.
+  float lse_log2[2], dlt[2];
+  int64_t kb[2], ke[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = m0 + warp * 16 + g + 8 * r;
+    const bool valid = i < seq.q_len;
+    lse_log2[r] = valid ? p.lse[h * p.lse_head_stride + seq.q_begin + i] * kLog2e : 0.f;
+    dlt[r] = valid ? delta[h * p.total_q + seq.q_begin + i] : 0.f;
+    kb[r] = seq.key_begin(i, p.window_left);
+    ke[r] = valid ? seq.key_end(i, p.causal, p.window_right) : 0;
+  }
+
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qf[D / 16][4], dof[D / 16][4];
+  {
+    const FragAddress<D> qa(sQ, warp * 16 + (lane & 15), lane >> 4);
+    const FragAddress<D> doa(sdO, warp * 16 + (lane & 15), lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      ldmatrix_x4(qf[kk], qa.at(kk, 0));
+      ldmatrix_x4(dof[kk], doa.at(kk, 0));
+    }
+  }
+  // K and V tiles as B operands of Q K^T and dO V^T; K transposed for dS K.
+  const FragAddress<D> ka(sK, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const FragAddress<D> va(sV, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const FragAddress<D> kta(sK, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+
+  float dq[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+
+  for (int t = 0; t < num_tiles; ++t) {
+    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+    if (t + 1 < num_tiles) {
+      const int nb = (t + 1) & 1;
+      load_tile_async<kBN, D, Cfg::kThreads>(sK + nb * Cfg::kKeyStepBytes, k, p.k_row_stride,
+                                             n0 + kBN, seq.k_len);
+      load_tile_async<kBN, D, Cfg::kThreads>(sV + nb * Cfg::kKeyStepBytes, v, p.v_row_stride,
+                                             n0 + kBN, seq.k_len);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const uint32_t boff = (t & 1) * Cfg::kKeyStepBytes;
+
+    float s[kBN / 8][4], dp[kBN / 8][4];
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[i][c] = dp[i][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kBN / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, ka.at(kk, 2 * np) + boff);
+        Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
+        Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+        ldmatrix_x4(b, va.at(kk, 2 * np) + boff);
+        Mma<T>::run(dp[2 * np], dof[kk], b[0], b[1]);
+        Mma<T>::run(dp[2 * np + 1], dof[kk], b[2], b[3]);
+      }
+    }
+
+    const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
+                                         p.window_right);
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = c / 2;
+        float x, dxds;
+        score_and_slope(s[i][c], p.softmax_scale, p.softcap, x, dxds);
+        float pr = fast_exp2(x * kLog2e - lse_log2[r]);
+        if (!full) {
+          const int64_t j = n0 + i * 8 + 2 * qd + (c & 1);
+          if (j < kb[r] || j >= ke[r]) pr = 0.f;
+        }
+        dp[i][c] = pr * (dp[i][c] - dlt[r]) * dxds;
+      }
+
+    // dQ += dS K, with K read transposed (B[key][d]).
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t a[4] = {Mma<T>::pack(dp[2 * kk][0], dp[2 * kk][1]),
+                             Mma<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                             Mma<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                             Mma<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, kta.at(dn, 2 * kk) + boff);
+        Mma<T>::run(dq[2 * dn], a, b[0], b[1]);
+        Mma<T>::run(dq[2 * dn + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  T* dqp = static_cast<T*>(p.dq) + seq.q_begin * p.dq_row_stride + h * p.dq_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = m0 + warp * 16 + g + 8 * r;
+    if (i >= seq.q_len) continue;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<uint32_t*>(dqp + i * p.dq_row_stride + dn * 8 + 2 * qd) =
+          Mma<T>::pack(dq[dn][2 * r], dq[dn][2 * r + 1]);
+  }
+}
+
+template <class T, int D>
+// workspace: Delta, [heads, total_q] fp32 (attention_backward_workspace_bytes_cuda).
+void launch_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+  using Cfg = BackwardConfig<D>;
+  float* delta = static_cast<float*>(workspace);
+  const int64_t warps = p.total_q * p.heads;
+  if (warps > 0) {
+    const int64_t blocks = (warps + 7) / 8;
+    delta_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, delta);
+    check_launch("the backward delta kernel");
+  }
+
+  const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
+  if (key_slots > 0 && p.kv_heads > 0) {
+    const cudaError_t attr = cudaFuncSetAttribute(
+        dkdv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kDkdvSmemBytes);
+    if (attr != cudaSuccess)
+      throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
+                  cudaGetErrorString(attr));
+    const dim3 grid(static_cast<unsigned>(key_slots), static_cast<unsigned>(p.kv_heads));
+    dkdv_kernel<T, D><<<grid, Cfg::kThreads, Cfg::kDkdvSmemBytes, stream>>>(p, delta, key_slots);
+    check_launch("the backward dK/dV kernel");
+  }
+
+  const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueriesPerBlock);
+  if (query_slots > 0 && p.heads > 0) {
+    const cudaError_t attr = cudaFuncSetAttribute(
+        dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kDqSmemBytes);
+    if (attr != cudaSuccess)
+      throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
+                  cudaGetErrorString(attr));
+    const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
+    dq_kernel<T, D><<<grid, Cfg::kThreads, Cfg::kDqSmemBytes, stream>>>(p, delta, query_slots);
+    check_launch("the backward dQ kernel");
+  }
+}
+
+}  // namespace varpack::cuda

@@ -1,0 +1,31 @@
+// The compiled (dtype, head dim) instances of the CUDA kernels, one .cu file each so they build
+// in parallel; attention_cuda.cu picks one at run time.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "varpack/attention.h"
+
+namespace varpack::cuda {
+
+template <class T, int D>
+void run_forward(const AttentionParams& params, cudaStream_t stream);
+
+template <class T, int D>
+void run_backward(const AttentionBackwardParams& params, void* workspace, cudaStream_t stream);
+
+#define VARPACK_DECLARE_INSTANCE(T, D)                                                        \
+  template <>                                                                                \
+  void run_forward<T, D>(const AttentionParams& params, cudaStream_t stream);                \
+  template <>                                                                                \
+  void run_backward<T, D>(const AttentionBackwardParams& params, void* workspace,            \
+                          cudaStream_t stream);
+VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 64)
+VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 128)
+VARPACK_DECLARE_INSTANCE(__half, 64)
+VARPACK_DECLARE_INSTANCE(__half, 128)
+#undef VARPACK_DECLARE_INSTANCE
+
+}  // namespace varpack::cuda

@@ -1,0 +1,151 @@
+// Device building blocks shared by the attention kernels: the 16-bit element types, the tensor-core
+// instruction (mma.sync m16n8k16, fp32 accumulate), ldmatrix, cp.async with zero fill, and the
+// swizzled shared-memory tile layout. Everything here is sm_80+ and used by sm_80 and sm_90 builds.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace varpack::cuda {
+
+// One 16-bit input type and its tensor-core instruction.
+template <class T>
+struct Mma;
+
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ __forceinline__ static float2 unpack(uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+  }
+};
+
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ __forceinline__ static float2 unpack(uint32_t v) {
+    return __half22float2(*reinterpret_cast<__half2*>(&v));
+  }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte global->shared copy that bypasses L1; when `valid` is false the 16 bytes are zero-filled
+// and global memory is not touched (rows past a sequence's end).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+// 4-byte variant (per-row fp32 statistics); zero-filled when `valid` is false.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Hardware tanh (sm_75+), max relative error about 2^-11: below the bf16/fp16 rounding of the
+// inputs, and a handful of instructions instead of tanhf's long accurate path.
+__device__ __forceinline__ float fast_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// A tile of ROWS x D 16-bit elements in shared memory, rows of D/8 16-byte chunks. Chunk c of
+// row r is stored at chunk c ^ (r & 7): the 8 rows an ldmatrix reads then hit 8 different bank
+// groups, so neither the cp.async writes nor the ldmatrix reads conflict.
+template <int D>
+struct SwizzledTile {
+  static_assert(D % 64 == 0, "rows must hold a multiple of 8 chunks for the XOR swizzle");
+  static constexpr int kChunks = D / 8;
+  __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
+    return static_cast<uint32_t>(row * D * 2 + ((chunk ^ (row & 7)) * 16));
+  }
+};
+
+// Per-thread ldmatrix addresses into a SwizzledTile<D> for k-steps kk = 0 .. D/16-1 (chunks
+// 2*kk + half) at rows row + 8*m. The XOR only touches the low 3 chunk bits and row & 7 is fixed
+// per thread, so four base offsets cover every step: the rest is an immediate the compiler folds
+// into the instruction, instead of one live register per (row, step) address.
+template <int D>
+struct FragAddress {
+  uint32_t base[4];
+  __device__ __forceinline__ FragAddress(uint32_t tile, int row, int half) {
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq)
+      base[kq] = tile + static_cast<uint32_t>(row * D * 2 + (((2 * kq + half) ^ (row & 7)) * 16));
+  }
+  // kk and rows8 (a multiple of 8 rows) must be compile-time constants after unrolling.
+  __device__ __forceinline__ uint32_t at(int kk, int rows8) const {
+    return base[kk & 3] + static_cast<uint32_t>((kk >> 2) * 128 + rows8 * D * 2);
+  }
+};
+
+// Copies rows [row0, row0 + ROWS) of one head of a [rows, heads, D] tensor into a swizzled tile;
+// rows at or past `valid_rows` are zero-filled. All threads of the block take part.
+template <int ROWS, int D, int THREADS, class T>
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const T* base, int64_t row_stride,
+                                                int64_t row0, int64_t valid_rows) {
+  constexpr int kChunks = D / 8;
+  constexpr int kTotal = ROWS * kChunks;
+  static_assert(kTotal % THREADS == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / THREADS; ++it) {
+    const int idx = it * THREADS + static_cast<int>(threadIdx.x);
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const bool valid = row0 + r < valid_rows;
+    const T* src = base + (valid ? (row0 + r) * row_stride : 0) + c * 8;
+    cp_async_16(tile + SwizzledTile<D>::offset(r, c), src, valid);
+  }
+}
+
+}  // namespace varpack::cuda

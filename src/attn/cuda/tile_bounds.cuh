@@ -1,0 +1,91 @@
+// How a CUDA block finds its work from cu_seqlens, without any host round trip: the grid's x index
+// is a "slot" in a list where sequence b owns slots [cu[b]/BLOCK + b, cu[b+1]/BLOCK + b + 1), which
+// is at least ceil(len_b/BLOCK) slots, so the grid size needs only host-known numbers
+// (total rows / BLOCK + batch) and at most one block per sequence finds nothing to do. Also the
+// ranges of key (or query) tiles that a query (or key) tile can see, from SequenceBounds.
+#pragma once
+
+#include <cstdint>
+
+#include "varpack/attention_bounds.h"
+
+namespace varpack::cuda {
+
+inline int64_t slot_count(int64_t total_rows, int64_t batch, int block) {
+  return total_rows / block + batch;
+}
+
+struct TileSlot {
+  int64_t b = 0;      // sequence
+  int64_t block = 0;  // tile index inside the sequence
+  bool valid = false;
+};
+
+// Slots are visited last-first and, inside a sequence, last tile first: under causal masking the
+// last query tiles of a sequence carry the most key tiles, so they start early and the short
+// tiles fill the tail of the launch.
+template <int BLOCK>
+__device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
+                                              int64_t slots) {
+  const int64_t s = slots - 1 - static_cast<int64_t>(blockIdx.x);
+  TileSlot t;
+  if (batch <= 0) return t;
+  // Largest b in [0, batch) with first_slot(b) <= s; first_slot is strictly increasing in b.
+  int64_t lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (cu_seqlens[mid] / BLOCK + mid <= s) lo = mid; else hi = mid - 1;
+  }
+  const int64_t begin = cu_seqlens[lo];
+  const int64_t len = static_cast<int64_t>(cu_seqlens[lo + 1]) - begin;
+  const int64_t tiles = (len + BLOCK - 1) / BLOCK;
+  const int64_t local = s - (begin / BLOCK + lo);
+  if (local < 0 || local >= tiles) return t;
+  t.b = lo;
+  t.block = tiles - 1 - local;
+  t.valid = true;
+  return t;
+}
+
+// Keys [begin, end) that some query in [q0, q1) may see (q1 > q0, both inside the sequence):
+// key_begin and key_end are non-decreasing in the query index.
+struct Range {
+  int64_t begin = 0, end = 0;
+};
+
+__host__ __device__ __forceinline__ Range keys_for_queries(const SequenceBounds& s, int64_t q0,
+                                                           int64_t q1, bool causal,
+                                                           int64_t window_left,
+                                                           int64_t window_right) {
+  return {s.key_begin(q0, window_left), s.key_end(q1 - 1, causal, window_right)};
+}
+
+// Queries [begin, end) that may see some key in [k0, k1): the inverse of key_begin/key_end.
+__host__ __device__ __forceinline__ Range queries_for_keys(const SequenceBounds& s, int64_t k0,
+                                                           int64_t k1, bool causal,
+                                                           int64_t window_left,
+                                                           int64_t window_right) {
+  const int64_t offset = s.k_len - s.q_len;  // query i sits at key position i + offset
+  const int64_t right = causal ? 0 : window_right;
+  Range r{0, s.q_len};
+  // key_end(i) > k0  <=>  i + offset + right + 1 > k0
+  if (right >= 0) r.begin = k0 - offset - right > 0 ? k0 - offset - right : 0;
+  // key_begin(i) <= k1 - 1  <=>  i + offset - window_left <= k1 - 1
+  if (window_left >= 0) {
+    const int64_t e = k1 - offset + window_left;
+    r.end = e < r.end ? e : r.end;
+  }
+  if (r.end < r.begin) r.end = r.begin;
+  return r;
+}
+
+// True when every (query, key) pair of the tile is visible, so the kernels skip the mask.
+__host__ __device__ __forceinline__ bool tile_fully_visible(const SequenceBounds& s, int64_t q0,
+                                                            int64_t q1, int64_t k0, int64_t k1,
+                                                            bool causal, int64_t window_left,
+                                                            int64_t window_right) {
+  return q1 <= s.q_len && k1 <= s.k_len && s.key_begin(q1 - 1, window_left) <= k0 &&
+         s.key_end(q0, causal, window_right) >= k1;
+}
+
+}  // namespace varpack::cuda
