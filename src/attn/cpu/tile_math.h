@@ -1,0 +1,187 @@
+// The vector arithmetic of the CPU attention tiles: one register-blocked matrix-multiply micro-kernel
+// (every product of the forward and backward is C (+)= A * B with B row-major), a vector exp and
+// tanh, and the row operations of the online softmax. Written with GCC vector extensions so it
+// needs no -march flag: the callers are compiled once per x86-64 level with target_clones and
+// these always-inline helpers take the caller's instruction set.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#define VARPACK_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// AVX-512, AVX2+FMA and baseline SSE2 copies of each tile function, picked at load time by the CPU.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define VARPACK_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define VARPACK_CPU_CLONES
+#endif
+
+namespace varpack::cpu {
+
+// Tile sizes: kBlockQ query rows per task, kBlockK keys per inner tile. 64 x 64 keeps a task's
+// working set (Q, O, K^T, V tiles and the scores) within L2 up to head_dim 256.
+inline constexpr int kBlockQ = 64;
+inline constexpr int kBlockK = 64;
+inline constexpr int kVectorBytes = 64;
+
+template <typename T>
+struct Simd;
+template <>
+struct Simd<float> {
+  typedef float V __attribute__((vector_size(kVectorBytes)));
+  static constexpr int width = kVectorBytes / sizeof(float);
+};
+template <>
+struct Simd<double> {
+  typedef double V __attribute__((vector_size(kVectorBytes)));
+  static constexpr int width = kVectorBytes / sizeof(double);
+};
+static_assert(kBlockK % Simd<float>::width == 0 && kBlockK % Simd<double>::width == 0,
+              "a score row must be whole vectors");
+
+// head_dim rounded up to whole vectors: the padded columns of local tiles are zero.
+template <typename T>
+constexpr int64_t padded_dim(int64_t d) {
+  return (d + Simd<T>::width - 1) / Simd<T>::width * Simd<T>::width;
+}
+
+template <typename T>
+VARPACK_ALWAYS_INLINE void load(typename Simd<T>::V& v, const T* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+template <typename T>
+VARPACK_ALWAYS_INLINE void store(T* p, const typename Simd<T>::V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// C[R x NV vectors] (+)= A[R x k] * B[k x NV vectors], accumulators in registers.
+template <typename T, int R, int NV>
+VARPACK_ALWAYS_INLINE void gemm_block(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t k,
+                                      bool accumulate) {
+  using V = typename Simd<T>::V;
+  constexpr int W = Simd<T>::width;
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) {
+      if (accumulate) {
+        load<T>(acc[r][v], c + r * ldc + v * W);
+      } else {
+        acc[r][v] = V{};
+      }
+    }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) load<T>(bv[v], b + kk * ldb + v * W);
+    for (int r = 0; r < R; ++r) {
+      const T av = a[r * lda + kk];
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) store<T>(c + r * ldc + v * W, acc[r][v]);
+}
+
+template <typename T, int NV>
+VARPACK_ALWAYS_INLINE void gemm_columns(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t m,
+                                        int64_t k, bool accumulate) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) gemm_block<T, 4, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate);
+  switch (m - r) {
+    case 3: gemm_block<T, 3, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate); break;
+    case 2: gemm_block<T, 2, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate); break;
+    case 1: gemm_block<T, 1, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate); break;
+    default: break;
+  }
+}
+
+// C[m x n] (+)= A[m x k] * B[k x n]; n is a multiple of the vector width. The sum over k runs in
+// order 0..k-1 for every element, whatever m and n: results do not depend on the tiling.
+template <typename T>
+VARPACK_ALWAYS_INLINE void gemm(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t m,
+                                int64_t n, int64_t k, bool accumulate) {
+  constexpr int W = Simd<T>::width;
+  for (int64_t col = 0; col < n; col += 4 * W) {
+    const int64_t nv = (n - col) / W;
+    if (nv >= 4) {
+      gemm_columns<T, 4>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+    } else if (nv == 3) {
+      gemm_columns<T, 3>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+    } else if (nv == 2) {
+      gemm_columns<T, 2>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+    } else {
+      gemm_columns<T, 1>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+    }
+  }
+}
+
+// exp of a vector, in place (a reference, not a by-value vector: passing 64-byte vectors by value
+// has no stable ABI without AVX-512). float: Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
+// degree-7 Taylor polynomial (truncation error < 6e-9, under half an ulp), 2^n built in the exponent
+// bits; inputs below ln(FLT_MIN) give exactly 0, so masked scores (-inf) give probability 0.
+// double: the library's exp lane by lane (the f64 path serves gradient checks: exactness first).
+VARPACK_ALWAYS_INLINE void exp_in_place(Simd<float>::V& x) {
+  using V = Simd<float>::V;
+  typedef int32_t I __attribute__((vector_size(kVectorBytes)));
+  const V lo = V{} - 87.33654f, hi = V{} + 88.0f;  // n stays <= 127: 2^n is finite
+  const auto underflow = x < lo;
+  V y = x < lo ? lo : x;
+  y = y > hi ? hi : y;
+  const V magic = V{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  V fn = y * 1.44269504088896341f + magic;
+  I n;
+  std::memcpy(&n, &fn, sizeof n);
+  n -= 0x4B400000;  // the bits of `magic`
+  fn -= magic;
+  const V r = y - fn * 0.693145751953125f - fn * 1.428606765330187045e-06f;
+  V p = V{} + (1.0f / 5040);
+  p = p * r + (1.0f / 720);
+  p = p * r + (1.0f / 120);
+  p = p * r + (1.0f / 24);
+  p = p * r + (1.0f / 6);
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const I bits = (n + 127) << 23;
+  V two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  x = underflow ? V{} : p * two_n;
+}
+
+VARPACK_ALWAYS_INLINE void exp_in_place(Simd<double>::V& x) {
+  for (int i = 0; i < Simd<double>::width; ++i) x[i] = std::exp(x[i]);
+}
+
+// tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)), in place: absolute error about one ulp of 1.
+VARPACK_ALWAYS_INLINE void tanh_in_place(Simd<float>::V& x) {
+  using V = Simd<float>::V;
+  V e = x < 0.0f ? -2.0f * x : 2.0f * x;
+  exp_in_place(e);
+  const V t = 1.0f - 2.0f / (e + 1.0f);
+  x = x < 0.0f ? -t : t;
+}
+
+VARPACK_ALWAYS_INLINE void tanh_in_place(Simd<double>::V& x) {
+  for (int i = 0; i < Simd<double>::width; ++i) x[i] = std::tanh(x[i]);
+}
+
+// Largest of a score row of kBlockK entries.
+template <typename T>
+VARPACK_ALWAYS_INLINE T row_max(const T* s) {
+  using V = typename Simd<T>::V;
+  constexpr int W = Simd<T>::width;
+  V m;
+  load<T>(m, s);
+  for (int j = W; j < kBlockK; j += W) {
+    V x;
+    load<T>(x, s + j);
+    m = x > m ? x : m;
+  }
+  T r = m[0];
+  for (int i = 1; i < W; ++i) r = m[i] > r ? m[i] : r;
+  return r;
+}
+
+}  // namespace varpack::cpu
