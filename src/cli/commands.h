@@ -1,0 +1,46 @@
+// The subcommands of `varpack`, each a function from parsed arguments to an exit status. They
+// throw varpack::Error for bad input; main() turns it into one line on stderr.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "varpack/cost_model.h"
+
+namespace varpack::cli {
+
+struct PackArgs {
+  std::string input;   // a JSONL path, or profile:NAME
+  std::string out;
+  std::string format;  // "jsonl", "bin", or empty: from the extension of `out`
+  std::string report;  // JSON report path, or empty
+  int64_t capacity = 0;
+  std::string algorithm = "bfd";
+  std::string overlong = "error";
+  int64_t batch_size = 8;
+  uint64_t seed = 0;
+  bool shuffle = false;
+};
+
+struct StatsArgs {
+  std::string input;
+  int64_t capacity = 0;
+  int64_t batch_size = 8;
+  double alpha = 0;  // set from the cost model's defaults in main()
+  double beta = 0;
+  std::string algorithm = "bfd";
+  std::string overlong = "error";
+};
+
+int run_pack(const PackArgs& args);
+int run_stats(const StatsArgs& args);
+int run_default();  // `varpack` with no arguments: the embedded default
+
+// The strategy comparison (stats and the default run): rows, padding and predicted compute of
+// fixed padding, padding to the longest, dynamic padding and packing.
+void print_strategy_table(const StrategyComparison& comparison);
+
+// Throws varpack::Error naming the option unless value > 0.
+void require_positive(int64_t value, const char* option, const char* what);
+
+}  // namespace varpack::cli

@@ -1,0 +1,51 @@
+// Loading a command's samples from a JSONL file or a generated profile (see input.h).
+#include "input.h"
+
+#include "progress.h"
+#include "varpack/profiles.h"
+
+namespace varpack::cli {
+namespace {
+
+constexpr std::string_view kProfilePrefix = "profile:";
+// Stand-in token ids for generated samples stay below a small vocabulary; only lengths matter.
+constexpr int64_t kStandInVocabulary = 32000;
+
+bool is_profile(const std::string& input) { return input.starts_with(kProfilePrefix); }
+
+std::vector<int64_t> profile_lengths(const std::string& input) {
+  return generate_lengths(std::string_view(input).substr(kProfilePrefix.size()));
+}
+
+}  // namespace
+
+TokenStore load_samples(const std::string& input) {
+  if (is_profile(input)) {
+    TokenStore store;
+    std::vector<int32_t> ids;
+    int64_t next = 0;
+    for (const int64_t length : profile_lengths(input)) {
+      ids.resize(static_cast<size_t>(length));
+      for (auto& id : ids) id = static_cast<int32_t>(next++ % kStandInVocabulary);
+      store.add(ids);
+    }
+    return store;
+  }
+  ProgressBar bar("reading " + input, "bytes");
+  return read_jsonl(input, bar.fn());
+}
+
+std::vector<int64_t> load_lengths(const std::string& input) {
+  if (is_profile(input)) return profile_lengths(input);
+  ProgressBar bar("reading " + input, "bytes");
+  std::vector<int64_t> lengths;
+  scan_jsonl(
+      input,
+      [&](int64_t, int64_t, std::span<const int32_t> ids, std::span<const int32_t>) {
+        lengths.push_back(static_cast<int64_t>(ids.size()));
+      },
+      bar.fn());
+  return lengths;
+}
+
+}  // namespace varpack::cli

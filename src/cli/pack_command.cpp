@@ -1,0 +1,128 @@
+// `varpack pack`: read samples, plan rows, write the packed file (and the JSON report), print a
+// short summary. Both outputs are opened (as temporary files) before any work, so a missing
+// output directory fails at once, and they are renamed into place only after everything worked.
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "commands.h"
+#include "input.h"
+#include "json_writer.h"
+#include "progress.h"
+#include "varpack/error.h"
+#include "varpack/io.h"
+#include "varpack/pack.h"
+
+namespace varpack::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+void require_positive(int64_t value, const char* option, const char* what) {
+  if (value <= 0) {
+    throw Error(std::string(option) + " must be a positive number (" + what + "), got " +
+                std::to_string(value));
+  }
+}
+
+int run_pack(const PackArgs& args) {
+  require_positive(args.capacity, "--capacity", "tokens per row");
+  require_positive(args.batch_size, "--batch-size", "samples per batch for dynamic padding");
+  PackOptions options;
+  options.capacity = args.capacity;
+  options.algorithm = parse_algorithm(args.algorithm);
+  options.overlong = parse_overlong_policy(args.overlong);
+  options.batch_size = args.batch_size;
+  options.seed = args.seed;
+  options.shuffle_rows = args.shuffle;
+  const OutputFormat format =
+      args.format.empty() ? output_format_for_path(args.out) : parse_output_format(args.format);
+
+  AtomicFile out(args.out);
+  std::optional<AtomicFile> report;
+  if (!args.report.empty()) report.emplace(args.report);
+
+  const auto start = Clock::now();
+  const TokenStore samples = load_samples(args.input);
+  const double read_seconds = seconds_since(start);
+
+  const auto plan_start = Clock::now();
+  PackPlan plan;
+  try {
+    plan = plan_packing(samples.lengths(), options);
+  } catch (const Error& e) {
+    // The planner names the sample (its 0-based record number); add the file it came from.
+    throw Error(args.input + ": " + e.what());
+  }
+  const double plan_seconds = seconds_since(plan_start);
+
+  const auto write_start = Clock::now();
+  {
+    ProgressBar bar("writing " + args.out, "rows");
+    if (format == OutputFormat::binary) {
+      write_packed_binary(out, plan, samples, {}, bar.fn());
+    } else {
+      write_packed_jsonl(out, plan, samples, {}, bar.fn());
+    }
+  }
+  const double write_seconds = seconds_since(write_start);
+  const double seconds = seconds_since(start);
+
+  const PlanStats& s = plan.stats;
+  if (report) {
+    JsonObject json;
+    json.add("input", args.input)
+        .add("output", args.out)
+        .add("format", to_string(format))
+        .add("algorithm", to_string(options.algorithm))
+        .add("overlong", to_string(options.overlong))
+        .add("capacity", s.capacity)
+        .add("batch_size", options.batch_size)
+        .add("seed", static_cast<int64_t>(options.seed))
+        .add("shuffle", options.shuffle_rows)
+        .add("samples", s.samples)
+        .add("tokens", s.tokens)
+        .add("rows", s.rows)
+        .add("lower_bound_rows", s.lower_bound_rows)
+        .add("gap_to_lower_bound", s.gap_to_lower_bound())
+        .add("padded_tokens", s.padded_tokens)
+        .add("padding_rate_packed", s.padding_rate_packed)
+        .add("padding_rate_unpacked", s.padding_rate_unpacked)
+        .add("truncated_tokens", s.truncated_tokens)
+        .add("skipped_samples", s.skipped_samples)
+        .add("split_samples", s.split_samples)
+        .add("seconds", seconds)
+        .add("seconds_read", read_seconds)
+        .add("seconds_plan", plan_seconds)
+        .add("seconds_write", write_seconds);
+    const std::string text = json.str();
+    report->write(text.data(), text.size());
+  }
+  out.commit();
+  if (report) report->commit();
+
+  std::printf("packed %lld samples (%lld tokens) from %s into %lld rows of %lld with %s -> %s (%s)\n",
+              static_cast<long long>(s.samples), static_cast<long long>(s.tokens),
+              args.input.c_str(), static_cast<long long>(s.rows),
+              static_cast<long long>(s.capacity), std::string(to_string(options.algorithm)).c_str(),
+              args.out.c_str(), std::string(to_string(format)).c_str());
+  std::printf("  lower bound %lld rows (+%lld); padding %.2f%% unpacked -> %.2f%% packed\n",
+              static_cast<long long>(s.lower_bound_rows),
+              static_cast<long long>(s.gap_to_lower_bound()), 100 * s.padding_rate_unpacked,
+              100 * s.padding_rate_packed);
+  std::printf("  %lld truncated tokens, %lld zero-length samples skipped, %lld samples split\n",
+              static_cast<long long>(s.truncated_tokens),
+              static_cast<long long>(s.skipped_samples), static_cast<long long>(s.split_samples));
+  std::printf("  %.3f s (read %.3f, plan %.3f, write %.3f)%s\n", seconds, read_seconds,
+              plan_seconds, write_seconds,
+              report ? (", report " + args.report).c_str() : "");
+  return 0;
+}
+
+}  // namespace varpack::cli

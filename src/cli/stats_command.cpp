@@ -1,0 +1,98 @@
+// `varpack stats`: the length histogram of an input and, side by side, the padding rate and the
+// predicted compute of fixed padding to L, padding to the longest sample, dynamic padding and
+// packing, under the cost model alpha*n + beta*n^2 per sample (cost_model.h).
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <string>
+
+#include "commands.h"
+#include "input.h"
+#include "varpack/cost_model.h"
+#include "varpack/error.h"
+#include "varpack/pack.h"
+
+namespace varpack::cli {
+namespace {
+
+constexpr int64_t kHistogramBins = 16;
+constexpr int kBarWidth = 40;
+
+void print_histogram(const std::vector<int64_t>& lengths, int64_t max_length) {
+  const int64_t width = std::max<int64_t>(1, (max_length + kHistogramBins) / kHistogramBins);
+  std::vector<int64_t> counts(static_cast<size_t>(max_length / width + 1), 0);
+  for (const int64_t n : lengths) ++counts[static_cast<size_t>(n / width)];
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::printf("length histogram (bins of %lld tokens):\n", static_cast<long long>(width));
+  for (size_t b = 0; b < counts.size(); ++b) {
+    const auto bar = static_cast<size_t>(counts[b] * kBarWidth / std::max<int64_t>(most, 1));
+    std::printf("  [%7lld, %7lld)  %-*s %lld\n", static_cast<long long>(b * width),
+                static_cast<long long>((b + 1) * width), kBarWidth, std::string(bar, '#').c_str(),
+                static_cast<long long>(counts[b]));
+  }
+}
+
+}  // namespace
+
+void print_strategy_table(const StrategyComparison& comparison) {
+  const CostModel& model = comparison.model;
+  std::printf("%-10s %10s %12s %10s %18s %16s\n", "strategy", "rows", "slots", "padding",
+              "predicted compute", "saving vs fixed");
+  for (const StrategyCost& s : comparison.strategies) {
+    std::printf("%-10s %10lld %12lld %9.2f%% %18.4g %15.2f%%   %s\n",
+                std::string(s.name).c_str(), static_cast<long long>(s.rows),
+                static_cast<long long>(s.slots), 100 * s.padding_rate, s.compute,
+                100 * s.saving_vs_fixed, std::string(s.description).c_str());
+  }
+  std::printf("\ncost model: a sample (or padded row) of n tokens costs alpha*n + beta*n^2 with "
+              "alpha %.4g, beta %.4g (--alpha, --beta); packed rows use varlen attention, so "
+              "each sample pays its own n^2.\n",
+              model.alpha, model.beta);
+}
+
+int run_stats(const StatsArgs& args) {
+  require_positive(args.capacity, "--capacity", "tokens per row");
+  require_positive(args.batch_size, "--batch-size", "samples per batch for dynamic padding");
+  if (!(args.alpha >= 0) || !(args.beta >= 0) || args.alpha + args.beta <= 0) {
+    throw Error("--alpha and --beta must be >= 0 and not both 0 (the cost of a sample of n "
+                "tokens is alpha*n + beta*n^2)");
+  }
+  PackOptions options;
+  options.capacity = args.capacity;
+  options.algorithm = parse_algorithm(args.algorithm);
+  options.overlong = parse_overlong_policy(args.overlong);
+  options.batch_size = args.batch_size;
+  CostModel model;
+  model.alpha = args.alpha;
+  model.beta = args.beta;
+
+  const std::vector<int64_t> lengths = load_lengths(args.input);
+  StrategyComparison comparison;
+  try {
+    comparison = compare_strategies(lengths, options, model);
+  } catch (const Error& e) {
+    throw Error(args.input + ": " + e.what());  // the planner names the sample; add the file
+  }
+
+  std::vector<int64_t> sorted = lengths;
+  std::sort(sorted.begin(), sorted.end());
+  const int64_t total = std::accumulate(sorted.begin(), sorted.end(), int64_t{0});
+  const auto over = std::count_if(sorted.begin(), sorted.end(),
+                                  [&](int64_t n) { return n > args.capacity; });
+  const auto empty = std::count(sorted.begin(), sorted.end(), int64_t{0});
+  std::printf("%s: %zu samples, %lld tokens; length min %lld, median %lld, mean %.1f, max %lld; "
+              "%lld zero-length, %lld over the capacity %lld\n\n",
+              args.input.c_str(), sorted.size(), static_cast<long long>(total),
+              static_cast<long long>(sorted.front()),
+              static_cast<long long>(sorted[sorted.size() / 2]),
+              static_cast<double>(total) / static_cast<double>(sorted.size()),
+              static_cast<long long>(sorted.back()), static_cast<long long>(empty),
+              static_cast<long long>(over), static_cast<long long>(args.capacity));
+  print_histogram(sorted, sorted.back());
+
+  std::printf("\n");
+  print_strategy_table(comparison);
+  return 0;
+}
+
+}  // namespace varpack::cli

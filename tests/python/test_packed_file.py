@@ -1,0 +1,97 @@
+"""The numpy reader of the packed binary format, against the JSONL output of the same pack.
+
+Runs the `varpack` command (build/varpack, or $VARPACK_CLI) to pack one random JSONL input both
+ways, then checks that python/varpack/packed_file.py returns the JSONL rows exactly, and that it
+rejects truncated and corrupt files. The reader is loaded from the source tree by path: it is
+numpy-only and must not need the compiled extension.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = pathlib.Path(os.environ.get("VARPACK_CLI", ROOT / "build" / "varpack"))
+
+_spec = importlib.util.spec_from_file_location("packed_file", ROOT / "python/varpack/packed_file.py")
+packed_file = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(packed_file)
+
+needs_cli = pytest.mark.skipif(not CLI.exists(), reason=f"{CLI} not built (run scripts/setup.sh)")
+
+
+def write_input(path, seed, n=400, max_length=300):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            ids = rng.integers(0, 50000, rng.integers(0, max_length + 1)).tolist()
+            record = {"input_ids": ids}
+            if rng.random() < 0.5:
+                record["labels"] = [-100 if rng.random() < 0.3 else i for i in ids]
+            f.write(json.dumps(record) + "\n")
+
+
+def pack(tmp_path, *options):
+    src = tmp_path / "in.jsonl"
+    if not src.exists():
+        write_input(src, seed=3)
+    outputs = []
+    for name in ("out.jsonl", "out.bin"):
+        out = tmp_path / name
+        subprocess.run([str(CLI), "pack", str(src), "--out", str(out), *options],
+                       check=True, capture_output=True)
+        outputs.append(out)
+    return outputs
+
+
+@needs_cli
+@pytest.mark.parametrize("options", [
+    ("--capacity", "512"),
+    ("--capacity", "128", "--overlong", "split", "--algorithm", "ffd", "--shuffle", "--seed", "5"),
+    ("--capacity", "300", "--algorithm", "dynamic", "--batch-size", "4"),
+])
+def test_reader_matches_jsonl(tmp_path, options):
+    jsonl, binary = pack(tmp_path, *options)
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    f = packed_file.PackedFile(binary)
+    assert len(f) == len(rows) > 0
+    assert f.capacity == int(options[1])
+    assert f.num_samples == 400
+    assert f.num_tokens == sum(len(r["input_ids"]) for r in rows)
+    for r, want in enumerate(rows):
+        got = f.row(r)
+        for field in ("input_ids", "labels", "position_ids", "cu_seqlens"):
+            np.testing.assert_array_equal(getattr(got, field), want[field], err_msg=f"row {r} {field}")
+        np.testing.assert_array_equal(got.samples, np.array(want["samples"]).reshape(-1, 3))
+        assert got.cu_seqlens.dtype == np.int32
+    # The flat arrays are the rows laid end to end.
+    np.testing.assert_array_equal(f.input_ids, np.concatenate([r["input_ids"] for r in rows]))
+    assert f.max_seqlen == max(s[2] for r in rows for s in r["samples"])
+
+
+@needs_cli
+def test_reader_rejects_corrupt_files(tmp_path):
+    _, binary = pack(tmp_path, "--capacity", "512")
+    data = binary.read_bytes()
+    bad = tmp_path / "bad.bin"
+    cases = {
+        "shorter than the header": data[:100],
+        "truncated": data[:-8],
+        "bad magic": b"X" + data[1:],
+        "version 7": data[:8] + (7).to_bytes(4, "little") + data[12:],
+    }
+    pieces_at = int.from_bytes(data[72 + 8 * 6:72 + 8 * 7], "little")
+    flipped = bytearray(data)
+    flipped[pieces_at + 16] ^= 1  # the first piece's length
+    cases["disagree with cu_seqlens"] = bytes(flipped)
+    for phrase, content in cases.items():
+        bad.write_bytes(content)
+        with pytest.raises(packed_file.PackedFileError, match=phrase):
+            packed_file.PackedFile(bad)
+    with pytest.raises(IndexError):
+        packed_file.PackedFile(binary).row(10**6)
