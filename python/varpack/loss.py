@@ -25,8 +25,11 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree: "
                          "logits must be labels' shape plus a vocabulary dimension")
+    # Half-precision logits are upcast (as transformers' loss does); float64 stays float64.
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
     shifted = torch.nn.functional.cross_entropy(
-        logits[..., :-1, :].reshape(-1, logits.shape[-1]).float(),
+        logits[..., :-1, :].reshape(-1, logits.shape[-1]),
         labels[..., 1:].reshape(-1), ignore_index=IGNORE_INDEX, reduction="none")
     out = torch.zeros(labels.shape, dtype=shifted.dtype, device=logits.device)
     out[..., 1:] = shifted.view(*labels.shape[:-1], labels.shape[-1] - 1)
@@ -39,7 +42,8 @@ def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Ten
     if weights.shape != labels.shape:
         raise ValueError(f"weights {tuple(weights.shape)} must have the labels' shape "
                          f"{tuple(labels.shape)}: one weight per label position")
-    return (token_losses(logits, labels) * weights.to(torch.float32)).sum()
+    losses = token_losses(logits, labels)
+    return (losses * weights.to(losses.dtype)).sum()
 
 
 def per_sample_losses(logits: torch.Tensor, labels: torch.Tensor,
