@@ -60,6 +60,7 @@ class Preset:
     parity_steps: int
     parity_eval_every: int
     parity_eval_samples: int
+    calibration_repeats: int = 2
     lr: float = 3e-4
     parity_lr: float = 1e-3
 
@@ -69,9 +70,10 @@ PRESETS = {
     "h200": Preset(8, 2048, 16, 5632, 32768, 3, 10,
                    (Profile("short", 50, 800, 4096), Profile("long", 1000, 8000, 16384)),
                    (4, 512, 8, 1408), 16384, 300, 25, 64),
-    "smoke": Preset(2, 64, 4, 128, 1024, 1, 2,
-                    (Profile("short", 5, 80, 256), Profile("long", 100, 800, 1024)),
-                    (2, 64, 4, 128), 1024, 12, 4, 8, lr=1e-3),
+    # Tiny, for a CPU smoke test: every code path, no meaningful timing.
+    "smoke": Preset(2, 32, 2, 64, 512, 1, 1,
+                    (Profile("short", 5, 80, 256), Profile("long", 100, 400, 512)),
+                    (2, 32, 2, 64), 512, 4, 2, 4, calibration_repeats=1, lr=1e-3),
 }
 
 
@@ -144,6 +146,7 @@ class Batch:
     valid: int
     computed: int
     lengths: list = field(default_factory=list)
+    row_padding: float = 0.0  # packed only: padding if the plan's rows were padded to capacity
 
 
 def packed_batch(samples: list, capacity: int, attn: str) -> Batch:
@@ -156,7 +159,8 @@ def packed_batch(samples: list, capacity: int, attn: str) -> Batch:
         "cu_seq_lens_q": built["cu_seqlens"], "cu_seq_lens_k": built["cu_seqlens"],
         "max_length_q": built["max_seqlen"], "max_length_k": built["max_seqlen"],
     }
-    return Batch(kwargs, attn, sum(lengths), int(built["input_ids"].numel()), lengths)
+    return Batch(kwargs, attn, sum(lengths), int(built["input_ids"].numel()), lengths,
+                 plan.stats["padding_rate_packed"])
 
 
 def padded_batch(samples: list, width: int | None, attn: str = "sdpa") -> Batch:
@@ -279,7 +283,8 @@ def calibrate(trainer: Trainer, preset: Preset, varlen_attn: str, device, max_le
                                         (VARLEN, packed_batch(samples, rows * width, varlen_attn),
                                          varlen_points)):
                 trainer.forward_backward(batch)  # warm-up
-                seconds = timed(lambda: trainer.forward_backward(batch), device, 2)
+                seconds = timed(lambda: trainer.forward_backward(batch), device,
+                                preset.calibration_repeats)
                 points.append(([width] * rows, seconds))
                 log.info("calibration %s %d x %d: %.2f ms", path, rows, width, seconds * 1e3)
     trainer.model.zero_grad(set_to_none=True)
@@ -328,6 +333,7 @@ def run_mode(trainer: Trainer, mode: str, steps: list, profile: Profile, preset:
         "valid_tokens_per_s": float(sum(valid) / sum(times)),
         "valid_tokens_per_step": float(np.mean(valid)),
         "padding_rate": 1.0 - sum(valid) / sum(computed),
+        "row_padding_rate": float(np.mean([b.row_padding for b in batches[preset.warmup_steps:]])),
         "peak_memory_gib": (torch.cuda.max_memory_allocated(device) / 2**30
                             if device.type == "cuda" else None),
         "losses": [float(x) for x in losses],
@@ -482,7 +488,7 @@ def markdown(results: dict) -> str:
     lines = [f"# Training benchmark ({env['date']}, {env['device']})", "",
              f"Command: `{env['command']}`", "",
              f"torch {env['torch']}, transformers {env['transformers']}; model "
-             f"{results['benchmark']['parameters'] / 1e6:.0f}M parameters; "
+             f"{results['benchmark']['parameters'] / 1e6:.1f}M parameters; "
              f"{env['tokens_per_step']} valid tokens per step at most, same samples in every mode; "
              f"median of {env['timed_steps']} steps after {env['warmup_steps']} warm-up.", ""]
     for name, profile in results["benchmark"]["profiles"].items():
@@ -495,6 +501,8 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {mode} | - | - | - | - | - | {r['status']}: {r['reason']} |")
                 continue
             note = ""
+            if mode.startswith("packed"):
+                note = f"rows of {profile['capacity']} would be {100 * r['row_padding_rate']:.1f}% padding"
             if "auto_choices" in r:
                 note = f"varlen {r['auto_choices'][VARLEN]} / padded {r['auto_choices'][PADDED]} steps"
             mem = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "-"
