@@ -39,8 +39,9 @@ void require_3d(const at::Tensor& t, const char* name, const char* layout) {
 }
 
 // Kernels index the head dimension with an implicit unit stride; the other two strides are free.
+// (An empty tensor has no elements to index, whatever autograd made its strides.)
 void require_unit_last_stride(const at::Tensor& t, const char* name) {
-  if (t.size(-1) > 1 && t.stride(-1) != 1) {
+  if (t.numel() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) {
     std::ostringstream s;
     s << name << " must have a contiguous last dimension (stride 1), got strides " << t.strides()
       << "; call .contiguous() on it";

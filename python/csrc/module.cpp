@@ -70,11 +70,6 @@ class SequenceTokenSource final : public varpack::TokenSource {
       s.input_ids = to_ids(obj["input_ids"], sample, "input_ids");
       if (obj.contains("labels") && !obj["labels"].is_none()) {
         s.labels = to_ids(obj["labels"], sample, "labels");
-        if (s.labels.size() != s.input_ids.size()) {
-          throw py::value_error("sample " + std::to_string(sample) + " has " + std::to_string(s.labels.size()) +
-                                " labels for " + std::to_string(s.input_ids.size()) +
-                                " input_ids; give one label per token (-100 to ignore one)");
-        }
       }
     } else {
       s.input_ids = to_ids(obj, sample, "input_ids");
