@@ -112,7 +112,7 @@ struct SwizzledTile {
 };
 
 // Per-thread ldmatrix addresses into a SwizzledTile<D> for k-steps kk = 0 .. D/16-1 (chunks
-// 2*kk + half) at rows row + 8*m. The XOR only touches the low 3 chunk bits and row & 7 is fixed
+// 2*kk + half) at rows row + 8*rows8. The XOR only touches the low 3 chunk bits and row & 7 is fixed
 // per thread, so four base offsets cover every step: the rest is an immediate the compiler folds
 // into the instruction, instead of one live register per (row, step) address.
 template <int D>
@@ -123,9 +123,9 @@ struct FragAddress {
     for (int kq = 0; kq < 4; ++kq)
       base[kq] = tile + static_cast<uint32_t>(row * D * 2 + (((2 * kq + half) ^ (row & 7)) * 16));
   }
-  // kk and rows8 (a multiple of 8 rows) must be compile-time constants after unrolling.
+  // kk and rows8 (rows in units of 8) must be compile-time constants after unrolling.
   __device__ __forceinline__ uint32_t at(int kk, int rows8) const {
-    return base[kk & 3] + static_cast<uint32_t>((kk >> 2) * 128 + rows8 * D * 2);
+    return base[kk & 3] + static_cast<uint32_t>((kk >> 2) * 128 + rows8 * 8 * D * 2);
   }
 };
 

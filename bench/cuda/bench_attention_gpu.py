@@ -1,0 +1,194 @@
+"""varpack's CUDA varlen attention against what users run today, in one process on one GPU.
+
+Peers: torch.nn.attention.varlen.varlen_attn (FlashAttention-2 inside torch), SDPA with the cuDNN
+backend and with the flash backend on the padded batch, and FlexAttention with a document mask on the
+packed tokens. bf16, 16 heads x 128, causal. Points: 64k tokens as 64 x 1k, 16 x 4k, 4 x 16k, and
+16 rows of 4096 with lengths drawn to a padding rate. Times are medians of CUDA-event timings after
+warm-up; useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2 forward, 2.5x that backward
+(backward time = forward+backward time - forward time).
+
+Run: python bench/cuda/bench_attention_gpu.py [--out table.md] [--reps 20] [--no-flex]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import random
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import varpack
+
+H, D = 16, 128
+DT = torch.bfloat16
+DEV = "cuda"
+
+
+def median_ms(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def padded_lengths(rows, row, rate, seed):
+    """rows lengths in [1, row] whose mean padding is close to `rate` (uniform around the mean)."""
+    rng = random.Random(seed)
+    mean = row * (1 - rate)
+    lo, hi = max(1.0, 2 * mean - row), min(float(row), 2 * mean)
+    return [int(round(rng.uniform(lo, hi))) for _ in range(rows)]
+
+
+def points():
+    pts = [("64 x 1k", [1024] * 64, 1024), ("16 x 4k", [4096] * 16, 4096),
+           ("4 x 16k", [16384] * 4, 16384)]
+    for rate in (0.03, 0.10, 0.25, 0.50, 0.75, 0.90):
+        lens = padded_lengths(16, 4096, rate, seed=7)
+        real = 1 - sum(lens) / (16 * 4096)
+        pts.append((f"16x4096 pad {real:.1%}", lens, 4096))
+    return pts
+
+
+def torch_varlen():
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "is_causal" in params:
+        return lambda q, k, v, cu, m: varlen_attn(q, k, v, cu, cu, m, m, is_causal=True)
+    return lambda q, k, v, cu, m: varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0))
+
+
+def measure(fn_fwd, inputs, dout, reps):
+    """(forward ms, forward+backward ms) of out = fn_fwd(*inputs)."""
+    with torch.no_grad():
+        fwd = median_ms(lambda: fn_fwd(*inputs), reps)
+
+    def step():
+        for t in inputs:
+            t.grad = None
+        fn_fwd(*inputs).backward(dout)
+
+    both = median_ms(step, reps)
+    return fwd, both
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None, help="write the markdown table here too")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--no-flex", action="store_true")
+    args = ap.parse_args()
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    varlen_attn = torch_varlen()
+    flex = None
+    if not args.no_flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            flex = (torch.compile(flex_attention), create_block_mask)
+        except Exception as e:  # noqa: BLE001 - report and go on without the peer
+            print(f"FlexAttention unavailable: {e}", file=sys.stderr)
+
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev}; torch {torch.__version__}; varlen_attn: {varlen_attn is not None}")
+    rows = []
+    for name, lens, row in points():
+        total = sum(lens)
+        flops = sum(4 * H * D * n * n / 2 for n in lens)
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32,
+                          device=DEV)
+        mx = max(lens)
+        q, k, v = (torch.randn(total, H, D, device=DEV, dtype=DT, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(total, H, D, device=DEV, dtype=DT)
+        res = {}
+        res["varpack"] = measure(
+            lambda q, k, v: varpack.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True),
+            (q, k, v), dout, args.reps)
+        if varlen_attn is not None:
+            res["torch varlen (FA2)"] = measure(lambda q, k, v: varlen_attn(q, k, v, cu, mx),
+                                                (q, k, v), dout, args.reps)
+        # Padded batch: one sequence per row of `row` tokens, [B, H, L, D].
+        b = len(lens)
+        qp, kp, vp = (torch.randn(b, H, row, D, device=DEV, dtype=DT, requires_grad=True)
+                      for _ in range(3))
+        dp = torch.randn(b, H, row, D, device=DEV, dtype=DT)
+        for label, backend in (("cuDNN SDPA padded", SDPBackend.CUDNN_ATTENTION),
+                               ("FA2 SDPA padded", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    res[label] = measure(
+                        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                        (qp, kp, vp), dp, args.reps)
+            except RuntimeError as e:
+                print(f"{label} failed at {name}: {e}", file=sys.stderr)
+        del qp, kp, vp, dp
+        if flex is not None:
+            try:
+                flex_fn, create_block_mask = flex
+                padded_total = (total + 127) // 128 * 128
+                doc = torch.full((padded_total,), -1, dtype=torch.int32, device=DEV)
+                doc[:total] = torch.repeat_interleave(
+                    torch.arange(len(lens), device=DEV, dtype=torch.int32),
+                    torch.tensor(lens, device=DEV))
+
+                def doc_causal(b_, h_, qi, ki):
+                    return (doc[qi] == doc[ki]) & (qi >= ki)
+
+                mask = create_block_mask(doc_causal, None, None, padded_total, padded_total,
+                                         device=DEV)
+                qf, kf, vf = (torch.randn(1, H, padded_total, D, device=DEV, dtype=DT,
+                                          requires_grad=True) for _ in range(3))
+                dfl = torch.randn(1, H, padded_total, D, device=DEV, dtype=DT)
+                res["Flex doc mask"] = measure(lambda q, k, v: flex_fn(q, k, v, block_mask=mask),
+                                               (qf, kf, vf), dfl, args.reps)
+                del qf, kf, vf, dfl
+            except Exception as e:  # noqa: BLE001
+                print(f"Flex failed at {name}: {e}", file=sys.stderr)
+        for peer, (fwd, both) in res.items():
+            bwd = both - fwd
+            rows.append((name, peer, fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9,
+                         both))
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+
+    lines = ["| case | implementation | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd ms |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r[0]} | {r[1]} | {r[2]:.3f} | {r[3]:.0f} | {r[4]:.3f} | {r[5]:.0f} | "
+                     f"{r[6]:.3f} |")
+    # How far varpack is from the fastest peer at each point (ratio of times, > 1 = varpack slower).
+    lines += ["", "| case | fastest peer fwd | varpack / it (fwd) | fastest peer fwd+bwd | "
+              "varpack / it (fwd+bwd) |", "|---|---|---|---|---|"]
+    for name in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == name and r[1] == "varpack"]
+        peers = [r for r in rows if r[0] == name and r[1] != "varpack"]
+        if not mine or not peers:
+            continue
+        pf = min(peers, key=lambda r: r[2])
+        pb = min(peers, key=lambda r: r[6])
+        lines.append(f"| {name} | {pf[1]} {pf[2]:.3f} ms | {mine[0][2] / pf[2]:.2f}x | "
+                     f"{pb[1]} {pb[6]:.3f} ms | {mine[0][6] / pb[6]:.2f}x |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(f"device: {dev}; torch {torch.__version__}\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
