@@ -51,7 +51,8 @@ struct PlanStats {
   int64_t lower_bound_rows = 0;  // ceil(tokens / capacity): no packing can use fewer rows
   int64_t padded_tokens = 0;     // sum of row widths minus tokens
   double padding_rate_packed = 0;    // padded_tokens / sum of row widths, for this plan's algorithm
-  double padding_rate_unpacked = 0;  // padding if every non-empty sample had a row of `capacity`
+  double padding_rate_unpacked = 0;  // padding if every piece (every non-empty sample, or each
+                                     // piece of a split one) had a row of `capacity`
   int64_t truncated_tokens = 0;
   int64_t skipped_samples = 0;   // zero-length samples: they get no piece
   int64_t split_samples = 0;     // samples cut into several pieces by OverlongPolicy::split
@@ -80,6 +81,12 @@ struct PackPlan {
 // (naming the sample), or an over-length sample under OverlongPolicy::error (naming the sample, its
 // length, the capacity and the two other policies). Same input and options give an identical plan.
 PackPlan plan_packing(std::span<const int64_t> lengths, const PackOptions& options);
+
+// The same plan, written into `plan` with its buffers reused: planning again (say, every epoch)
+// allocates nothing once they have grown, which matters for tens of millions of samples, where
+// touching fresh memory costs more than the packing itself.
+void plan_packing_into(std::span<const int64_t> lengths, const PackOptions& options,
+                       PackPlan& plan);
 
 // Names used by the CLI and Python ("ffd", "bfd", "histogram", "none", "dynamic"; "error", ...).
 // The parsers throw varpack::Error listing the accepted names.

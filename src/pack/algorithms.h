@@ -1,5 +1,6 @@
-// The planner's algorithms, each a function from pieces (see pieces.h) to rows. plan.cpp picks
-// one, then adds the statistics and the optional row shuffle; none of these fill PlanStats.
+// The planner's algorithms, each from pieces (see pieces.h) to rows written into `plan`, whose
+// buffers are reused (their capacity kept) so repeated planning allocates nothing once grown.
+// plan.cpp picks one, then adds the statistics and the optional row shuffle.
 #pragma once
 
 #include <cstdint>
@@ -12,24 +13,29 @@
 namespace varpack::detail {
 
 // First-fit-decreasing: `sorted` by decreasing length (pieces_by_decreasing_length).
-PackPlan pack_first_fit_decreasing(const std::vector<Piece>& sorted, int64_t capacity);
+void pack_first_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan);
 
 // Best-fit-decreasing: `sorted` by decreasing length (pieces_by_decreasing_length).
-PackPlan pack_best_fit_decreasing(const std::vector<Piece>& sorted, int64_t capacity);
+void pack_best_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan);
 
-// Best-fit-decreasing on the histogram of lengths, rows handled in groups of identical content;
-// the same row count as pack_best_fit_decreasing without sorting samples.
-PackPlan pack_histogram(std::span<const int64_t> lengths, const PackOptions& options,
-                        const PieceTotals& totals);
+// Best-fit-decreasing on the histogram of lengths (`length_counts` from check_and_count), rows
+// handled in groups of identical content; the same row count as pack_best_fit_decreasing without
+// sorting samples. Needs capacity <= kDenseCapacityLimit.
+void pack_histogram(std::span<const int64_t> lengths, const PackOptions& options,
+                    const PieceTotals& totals, const std::vector<int64_t>& length_counts,
+                    PackPlan& plan);
 
-// Baselines: every piece its own row, padded to the capacity (fixed padding) or to the longest
-// piece among each batch of `batch_size` consecutive pieces (dynamic padding).
-PackPlan one_piece_per_row(std::vector<Piece> pieces, int64_t capacity);
-PackPlan dynamic_batches(std::vector<Piece> pieces, int64_t batch_size);
+// Baselines, on pieces in input order: every piece its own row, padded to the capacity (fixed
+// padding) or to the longest piece among each batch of `batch_size` consecutive pieces (dynamic
+// padding).
+void one_piece_per_row(std::span<const int64_t> lengths, const PackOptions& options,
+                       const PieceTotals& totals, PackPlan& plan);
+void dynamic_batches(std::span<const int64_t> lengths, const PackOptions& options,
+                     const PieceTotals& totals, PackPlan& plan);
 
 // Turns a placement (row_of[i] is the row of placed[i]) into compressed rows of width `capacity`;
 // pieces keep their placement order within a row.
-PackPlan group_into_rows(std::span<const Piece> placed, std::span<const int64_t> row_of,
-                         int64_t rows, int64_t capacity);
+void group_into_rows(std::span<const Piece> placed, std::span<const int64_t> row_of, int64_t rows,
+                     int64_t capacity, PackPlan& plan);
 
 }  // namespace varpack::detail

@@ -10,7 +10,7 @@ namespace varpack::detail {
 namespace {
 
 // Capacities too large for a table per free-space value: an ordered set of (free, row).
-int64_t place_with_ordered_set(const std::vector<Piece>& sorted, int64_t capacity,
+int64_t place_with_ordered_set(std::span<const Piece> sorted, int64_t capacity,
                                std::vector<int64_t>& row_of) {
   std::set<std::pair<int64_t, int64_t>> rows_by_free;
   int64_t rows = 0;
@@ -33,7 +33,7 @@ int64_t place_with_ordered_set(const std::vector<Piece>& sorted, int64_t capacit
   return rows;
 }
 
-int64_t place_with_free_space_index(const std::vector<Piece>& sorted, int64_t capacity,
+int64_t place_with_free_space_index(std::span<const Piece> sorted, int64_t capacity,
                                     std::vector<int64_t>& row_of) {
   FreeSpaceIndex index(capacity);
   int64_t rows = 0;
@@ -54,12 +54,12 @@ int64_t place_with_free_space_index(const std::vector<Piece>& sorted, int64_t ca
 
 }  // namespace
 
-PackPlan pack_best_fit_decreasing(const std::vector<Piece>& sorted, int64_t capacity) {
+void pack_best_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan) {
   std::vector<int64_t> row_of(sorted.size());
   const int64_t rows = capacity <= kDenseCapacityLimit
                            ? place_with_free_space_index(sorted, capacity, row_of)
                            : place_with_ordered_set(sorted, capacity, row_of);
-  return group_into_rows(sorted, row_of, rows, capacity);
+  group_into_rows(sorted, row_of, rows, capacity, plan);
 }
 
 }  // namespace varpack::detail

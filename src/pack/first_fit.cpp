@@ -65,7 +65,7 @@ class FreeSpaceMaxTree {
 
 }  // namespace
 
-PackPlan pack_first_fit_decreasing(const std::vector<Piece>& sorted, int64_t capacity) {
+void pack_first_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan) {
   int64_t tokens = 0;
   for (const Piece& p : sorted) tokens += p.length;
   // The lower bound on rows sizes the tree; it grows by doubling if first-fit needs more.
@@ -81,7 +81,7 @@ PackPlan pack_first_fit_decreasing(const std::vector<Piece>& sorted, int64_t cap
     }
     row_of[i] = row;
   }
-  return group_into_rows(sorted, row_of, static_cast<int64_t>(tree.rows()), capacity);
+  group_into_rows(sorted, row_of, static_cast<int64_t>(tree.rows()), capacity, plan);
 }
 
 }  // namespace varpack::detail

@@ -8,10 +8,16 @@
 
 namespace varpack::detail {
 
-PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions& options) {
+PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions& options,
+                            std::vector<int64_t>* length_counts) {
   const int64_t capacity = options.capacity;
   if (capacity <= 0)
     throw Error("capacity must be > 0 tokens per row (got " + std::to_string(capacity) + ")");
+  // Counting into a scratch slot when no counts are wanted keeps one branch-free loop.
+  std::vector<int64_t> no_counts(1);
+  if (length_counts != nullptr) length_counts->assign(static_cast<size_t>(capacity) + 1, 0);
+  int64_t* const count = length_counts != nullptr ? length_counts->data() : no_counts.data();
+  const int64_t count_mask = length_counts != nullptr ? -1 : 0;
   PieceTotals totals;
   totals.samples = static_cast<int64_t>(lengths.size());
   for (size_t i = 0; i < lengths.size(); ++i) {
@@ -24,6 +30,7 @@ PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions&
     } else if (length <= capacity) {
       ++totals.pieces;
       totals.tokens += length;
+      ++count[length & count_mask];
     } else if (options.overlong == OverlongPolicy::error) {
       throw Error("sample " + std::to_string(i) + " has length " + std::to_string(length) +
                   ", longer than the capacity " + std::to_string(capacity) +
@@ -34,32 +41,35 @@ PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions&
       ++totals.pieces;
       totals.tokens += capacity;
       totals.truncated_tokens += length - capacity;
+      ++count[capacity & count_mask];
     } else {
       ++totals.split_samples;
       totals.pieces += (length + capacity - 1) / capacity;
       totals.tokens += length;
+      count[capacity & count_mask] += length / capacity;
+      if (length % capacity != 0) ++count[(length % capacity) & count_mask];
     }
   }
   return totals;
 }
 
-std::vector<Piece> pieces_in_input_order(std::span<const int64_t> lengths,
-                                         const PackOptions& options, int64_t total_pieces) {
-  std::vector<Piece> pieces;
-  pieces.reserve(static_cast<size_t>(total_pieces));
+void pieces_in_input_order(std::span<const int64_t> lengths, const PackOptions& options,
+                           int64_t total_pieces, std::vector<Piece>& out) {
+  out.clear();
+  out.reserve(static_cast<size_t>(total_pieces));
   for (size_t i = 0; i < lengths.size(); ++i) {
     for_each_piece(lengths[i], options.capacity, options.overlong, [&](int64_t offset, int64_t n) {
-      pieces.push_back({static_cast<int64_t>(i), offset, n});
+      out.push_back({static_cast<int64_t>(i), offset, n});
     });
   }
-  return pieces;
 }
 
 std::vector<Piece> pieces_by_decreasing_length(std::span<const int64_t> lengths,
                                                const PackOptions& options, int64_t total_pieces) {
   const int64_t capacity = options.capacity;
   if (capacity > kDenseCapacityLimit) {
-    std::vector<Piece> pieces = pieces_in_input_order(lengths, options, total_pieces);
+    std::vector<Piece> pieces;
+    pieces_in_input_order(lengths, options, total_pieces, pieces);
     std::stable_sort(pieces.begin(), pieces.end(),
                      [](const Piece& a, const Piece& b) { return a.length > b.length; });
     return pieces;

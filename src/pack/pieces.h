@@ -23,12 +23,15 @@ struct PieceTotals {
 };
 
 // Validates capacity > 0 and every length (>= 0; <= capacity under OverlongPolicy::error), naming
-// the sample at fault, and fills the totals. Every entry point below calls it first.
-PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions& options);
+// the sample at fault, and fills the totals. Every entry point below calls it first. With
+// `length_counts` (capacity <= kDenseCapacityLimit) it also counts the pieces of each length,
+// in the same pass: (*length_counts)[l] for l in [0, capacity].
+PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions& options,
+                            std::vector<int64_t>* length_counts = nullptr);
 
-// Pieces in input order: sample by sample, a split sample's pieces by offset.
-std::vector<Piece> pieces_in_input_order(std::span<const int64_t> lengths,
-                                         const PackOptions& options, int64_t total_pieces);
+// Pieces in input order (sample by sample, a split sample's pieces by offset), into `out`.
+void pieces_in_input_order(std::span<const int64_t> lengths, const PackOptions& options,
+                           int64_t total_pieces, std::vector<Piece>& out);
 
 // Pieces by decreasing length; equal lengths keep input order (sample, then offset), so the order
 // is a pure function of the input. A counting sort when the capacity is small enough for a table

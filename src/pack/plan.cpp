@@ -76,35 +76,49 @@ void shuffle_rows(PackPlan& plan, uint64_t seed) {
 
 }  // namespace
 
-PackPlan plan_packing(std::span<const int64_t> lengths, const PackOptions& options) {
+void plan_packing_into(std::span<const int64_t> lengths, const PackOptions& options,
+                       PackPlan& plan) {
   if (options.algorithm == Algorithm::dynamic && options.batch_size < 1)
     throw Error("batch_size must be >= 1 for the dynamic algorithm (got " +
                 std::to_string(options.batch_size) + ")");
-  const detail::PieceTotals totals = detail::check_and_count(lengths, options);
-  PackPlan plan;
+  const bool histogram = options.algorithm == Algorithm::histogram;
+  if (histogram && options.capacity > detail::kDenseCapacityLimit)
+    throw Error("the histogram packer keeps one counter per length and supports capacities up to " +
+                std::to_string(detail::kDenseCapacityLimit) + " (got " +
+                std::to_string(options.capacity) +
+                "); use the 'bfd' algorithm for larger capacities");
+  std::vector<int64_t> length_counts;
+  const detail::PieceTotals totals =
+      detail::check_and_count(lengths, options, histogram ? &length_counts : nullptr);
   switch (options.algorithm) {
     case Algorithm::ffd:
-      plan = detail::pack_first_fit_decreasing(
-          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity);
+      detail::pack_first_fit_decreasing(
+          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity,
+          plan);
       break;
     case Algorithm::bfd:
-      plan = detail::pack_best_fit_decreasing(
-          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity);
+      detail::pack_best_fit_decreasing(
+          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity,
+          plan);
       break;
     case Algorithm::histogram:
-      plan = detail::pack_histogram(lengths, options, totals);
+      detail::pack_histogram(lengths, options, totals, length_counts, plan);
       break;
     case Algorithm::none:
-      plan = detail::one_piece_per_row(
-          detail::pieces_in_input_order(lengths, options, totals.pieces), options.capacity);
+      detail::one_piece_per_row(lengths, options, totals, plan);
       break;
     case Algorithm::dynamic:
-      plan = detail::dynamic_batches(
-          detail::pieces_in_input_order(lengths, options, totals.pieces), options.batch_size);
+      detail::dynamic_batches(lengths, options, totals, plan);
       break;
   }
+  plan.stats = {};
   fill_stats(plan, totals, options.capacity);
   if (options.shuffle_rows) shuffle_rows(plan, options.seed);
+}
+
+PackPlan plan_packing(std::span<const int64_t> lengths, const PackOptions& options) {
+  PackPlan plan;
+  plan_packing_into(lengths, options, plan);
   return plan;
 }
 

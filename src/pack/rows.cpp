@@ -6,9 +6,8 @@
 
 namespace varpack::detail {
 
-PackPlan group_into_rows(std::span<const Piece> placed, std::span<const int64_t> row_of,
-                         int64_t rows, int64_t capacity) {
-  PackPlan plan;
+void group_into_rows(std::span<const Piece> placed, std::span<const int64_t> row_of, int64_t rows,
+                     int64_t capacity, PackPlan& plan) {
   plan.row_begin.assign(static_cast<size_t>(rows) + 1, 0);
   for (const int64_t r : row_of) ++plan.row_begin[static_cast<size_t>(r) + 1];
   for (int64_t r = 0; r < rows; ++r)
@@ -19,23 +18,22 @@ PackPlan group_into_rows(std::span<const Piece> placed, std::span<const int64_t>
   for (size_t i = 0; i < placed.size(); ++i)
     plan.pieces[static_cast<size_t>(cursor[static_cast<size_t>(row_of[i])]++)] = placed[i];
   plan.row_width.assign(static_cast<size_t>(rows), capacity);
-  return plan;
 }
 
-PackPlan one_piece_per_row(std::vector<Piece> pieces, int64_t capacity) {
-  PackPlan plan;
-  const size_t rows = pieces.size();
-  plan.pieces = std::move(pieces);
+void one_piece_per_row(std::span<const int64_t> lengths, const PackOptions& options,
+                       const PieceTotals& totals, PackPlan& plan) {
+  pieces_in_input_order(lengths, options, totals.pieces, plan.pieces);
+  const size_t rows = plan.pieces.size();
   plan.row_begin.resize(rows + 1);
   for (size_t r = 0; r <= rows; ++r) plan.row_begin[r] = static_cast<int64_t>(r);
-  plan.row_width.assign(rows, capacity);
-  return plan;
+  plan.row_width.assign(rows, options.capacity);
 }
 
-PackPlan dynamic_batches(std::vector<Piece> pieces, int64_t batch_size) {
-  PackPlan plan = one_piece_per_row(std::move(pieces), 0);
+void dynamic_batches(std::span<const int64_t> lengths, const PackOptions& options,
+                     const PieceTotals& totals, PackPlan& plan) {
+  one_piece_per_row(lengths, options, totals, plan);
   const size_t rows = plan.pieces.size();
-  const auto batch = static_cast<size_t>(batch_size);
+  const auto batch = static_cast<size_t>(options.batch_size);
   for (size_t first = 0; first < rows; first += batch) {
     const size_t last = std::min(rows, first + batch);
     int64_t widest = 0;
@@ -43,7 +41,6 @@ PackPlan dynamic_batches(std::vector<Piece> pieces, int64_t batch_size) {
     std::fill(plan.row_width.begin() + static_cast<std::ptrdiff_t>(first),
               plan.row_width.begin() + static_cast<std::ptrdiff_t>(last), widest);
   }
-  return plan;
 }
 
 }  // namespace varpack::detail

@@ -182,6 +182,25 @@ TEST(PlanPacking, DeterministicAndShuffleOnlyPermutesRows) {
   }
 }
 
+TEST(PlanPacking, PlanningIntoAUsedPlanGivesTheSamePlan) {
+  std::mt19937_64 rng(8);
+  const auto big = random_lengths(rng, 2000, 900, 3);
+  const auto small = random_lengths(rng, 300, 900, 3);
+  for (const Algorithm a : kAll) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    PackOptions o = options_for(a, 512, OverlongPolicy::split);
+    PackPlan reused;
+    plan_packing_into(big, o, reused);
+    EXPECT_TRUE(reused == plan_packing(big, o));
+    plan_packing_into(small, o, reused);
+    const PackPlan fresh = plan_packing(small, o);
+    EXPECT_TRUE(reused == fresh);
+    EXPECT_EQ(reused.stats.rows, fresh.stats.rows);
+    EXPECT_EQ(reused.stats.tokens, fresh.stats.tokens);
+    EXPECT_EQ(reused.stats.split_samples, fresh.stats.split_samples);
+  }
+}
+
 TEST(PlanPacking, NamesRoundTripAndUnknownNamesListTheValidOnes) {
   for (const Algorithm a : kAll) EXPECT_EQ(parse_algorithm(to_string(a)), a);
   for (const OverlongPolicy p :
