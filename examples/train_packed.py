@@ -369,11 +369,15 @@ def benchmark(args, preset: Preset, corpus: Corpus, device) -> dict:
     chooser, calibration = None, None
     if "auto" in args.modes and auto_varlen is not None:
         longest = max(p.max_length for p in preset.profiles)
-        chooser, padded_points, varlen_points = calibrate(trainer, preset, auto_varlen, device, longest)
-        calibration = {"varlen_kernel": auto_varlen,
-                       "padded": chooser.padded.to_dict(), "varlen": chooser.varlen.to_dict(),
-                       "padded_points": [[len(l), l[0], t] for l, t in padded_points],
-                       "varlen_points": [[len(l), l[0], t] for l, t in varlen_points]}
+        try:
+            chooser, padded_points, varlen_points = calibrate(trainer, preset, auto_varlen, device, longest)
+            calibration = {"varlen_kernel": auto_varlen,
+                           "padded": chooser.padded.to_dict(), "varlen": chooser.varlen.to_dict(),
+                           "padded_points": [[len(l), l[0], t] for l, t in padded_points],
+                           "varlen_points": [[len(l), l[0], t] for l, t in varlen_points]}
+        except Exception as error:  # the other modes still run
+            log.exception("calibration failed")
+            unavailable["auto"] = f"calibration failed: {type(error).__name__}: {error}"
 
     results = {"profiles": {}, "calibration": calibration, "parameters": params}
     for profile in preset.profiles:
@@ -471,9 +475,11 @@ def plots(results: dict, out: pathlib.Path) -> list[str]:
     if par.get("status") == "ok":
         fig, ax = plt.subplots(figsize=(7, 4))
         for name, curve in par["curves"].items():
-            ax.plot(range(1, len(curve["train"]) + 1), curve["train"], alpha=0.5, label=f"{name} train")
+            style = "-" if name == "packed" else "--"  # dashed on top: overlap stays visible
+            ax.plot(range(1, len(curve["train"]) + 1), curve["train"], style, alpha=0.5,
+                    label=f"{name} train")
             steps, values = zip(*curve["heldout"])
-            ax.plot(steps, values, marker="o", label=f"{name} held-out")
+            ax.plot(steps, values, style, marker="o", label=f"{name} held-out")
         ax.set(title=f"packed ({par['varlen_kernel']}) vs padded: held-out differs by "
                      f"{100 * par['relative_difference']:.2f}%", xlabel="step", ylabel="loss")
         ax.legend()
@@ -561,12 +567,22 @@ def main(argv=None):
     results["benchmark"] = benchmark(args, preset, corpus, device)
     varlen = ("varpack" if varpack_available(device) is None else
               "torch_varlen" if torch_varlen_available(device) is None else None)
-    results["parity"] = (parity(args, preset, corpus, device, varlen) if preset.parity_steps > 0
-                         else {"status": "skipped", "reason": "--parity-steps 0"})
+    if preset.parity_steps <= 0:
+        results["parity"] = {"status": "skipped", "reason": "--parity-steps 0"}
+    else:
+        try:
+            results["parity"] = parity(args, preset, corpus, device, varlen)
+        except Exception as error:
+            log.exception("parity run failed")
+            results["parity"] = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
     results["environment"]["seconds"] = time.time() - started
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "results.md").write_text(markdown(results))
-    written = plots(results, args.out)
+    try:
+        written = plots(results, args.out)
+    except Exception:  # the numbers are written already; a plot is a convenience
+        log.exception("plotting failed")
+        written = []
     log.info("wrote results.json, results.md%s to %s", "".join(", " + w for w in written), args.out)
     return results
 

@@ -60,6 +60,12 @@ def make_attention_forward(varlen_fn: Callable) -> Callable:
         q = query.transpose(1, 2)
         k = key.transpose(1, 2)
         v = value.transpose(1, 2)
+        if query.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+            # Under autocast, RoPE leaves q and k in float32 (cos/sin follow the float32 residual
+            # stream) while v comes out of its projection in bf16: cast all three to the autocast
+            # dtype, as transformers' flash-attention path does.
+            dtype = torch.get_autocast_dtype("cuda")
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         causal = bool(module.is_causal if is_causal is None else is_causal)
         options = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal,
                        softcap=0.0 if softcap is None else softcap)
@@ -74,14 +80,14 @@ def make_attention_forward(varlen_fn: Callable) -> Callable:
                     f"varpack attention got a {attention_mask.dim()}D attention_mask; it takes "
                     "the 2D padding mask (batch, keys) or none. Create the model after "
                     "varpack.hf.register() so transformers builds the right mask")
-            mask = attention_mask[:, -k_len:].bool()
-            lengths = mask.sum(dim=1, dtype=torch.int32)
-            cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
-            longest = int(lengths.max().item())
             if q_len != k_len:
                 raise ValueError("varpack attention with a padding mask needs as many queries as "
                                  f"keys (got {q_len} and {k_len}); use it for training, not "
                                  "cached decoding")
+            mask = attention_mask[:, -k_len:].bool()
+            lengths = mask.sum(dim=1, dtype=torch.int32)
+            cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+            longest = int(lengths.max().item())
             keep = mask.reshape(-1).nonzero().reshape(-1)
             out = varlen_fn(q.reshape(-1, heads, head_dim)[keep],
                             k.reshape(batch * k_len, -1, head_dim)[keep],
