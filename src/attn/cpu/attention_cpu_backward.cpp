@@ -3,7 +3,8 @@
 // passes with disjoint outputs: pass 1 (tasks over query tiles) writes dq and D = rowsum(dout * out);
 // pass 2 (tasks over key tiles of one kv head) writes dk and dv, summing over the group's query
 // heads and query tiles in a fixed order. The second pass recomputes the scores once more: 7 tile
-// products instead of 5, the price of a fixed summation order.
+// products instead of 5, the price of a fixed summation order. Tiles are [key][query] as in the
+// forward (attention_tiles.h), so K and V are read in place.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -25,21 +26,38 @@ struct RowStats {
   T* lse;  // null: use the forward's
 };
 
-// The query side of a (query tile, key tile) step: q times softmax_scale, dout, lse and D.
+// The query side of a step: (scale * q)^T and dout^T for the score and dP tiles; scale * q and
+// dout row-major for dk and dv (pass 2 only); lse and D as lane vectors (+inf and 0 past the rows,
+// so those lanes get P = 0).
 template <typename T>
 struct QueryTile {
-  std::vector<T> qs, dos, lse, dsum;
-  explicit QueryTile(int64_t dp) : qs(kBlockQ * dp), dos(kBlockQ * dp), lse(kBlockQ), dsum(kBlockQ) {}
+  std::vector<T> qt, dot, qs, dos;
+  alignas(kVectorBytes) T lse[kBlockQ];
+  alignas(kVectorBytes) T dsum[kBlockQ];
+  int64_t rows = 0;
 
-  void load(const AttentionBackwardParams& p, const SequenceBounds& sb, int head, int64_t first, int64_t rows,
+  QueryTile(int64_t d, bool row_major)
+      : qt(d * kBlockQ), dot(d * kBlockQ), qs(row_major ? kBlockQ * padded_dim<T>(d) : 0),
+        dos(row_major ? kBlockQ * padded_dim<T>(d) : 0) {}
+
+  void load(const AttentionBackwardParams& p, const SequenceBounds& sb, int head, int64_t first, int64_t n,
             RowStats<const T> stats) {
-    const int64_t d = p.head_dim, dp = padded_dim<T>(d);
+    rows = n;
+    const int64_t d = p.head_dim, dp = padded_dim<T>(d), t0 = sb.q_begin + first;
     const auto q = head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, head);
     const auto dout = head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, head);
-    load_rows<T>(qs.data(), dp, q, sb.q_begin + first, rows, d, static_cast<T>(p.softmax_scale));
-    load_rows<T>(dos.data(), dp, dout, sb.q_begin + first, rows, d, T(1));
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = sb.q_begin + first + r;
+    const T scale = static_cast<T>(p.softmax_scale);
+    load_rows_transposed<T>(qt.data(), q, t0, n, d, scale);
+    load_rows_transposed<T>(dot.data(), dout, t0, n, d, T(1));
+    if (!qs.empty()) {
+      load_rows<T>(qs.data(), dp, q, t0, n, d, scale);
+      load_rows<T>(dos.data(), dp, dout, t0, n, d, T(1));
+    }
+    for (int64_t r = 0; r < kBlockQ; ++r) {
+      lse[r] = std::numeric_limits<T>::infinity();
+      dsum[r] = T(0);
+      if (r >= n) continue;
+      const int64_t t = t0 + r;
       lse[r] = stats.lse != nullptr ? stats.lse[head * p.total_q + t]
                                     : static_cast<T>(p.lse[head * p.lse_head_stride + t]);
       dsum[r] = stats.dsum[head * p.total_q + t];
@@ -47,85 +65,63 @@ struct QueryTile {
   }
 };
 
-// The key side: K^T and V^T for the scores and dP, K itself for dq.
-template <typename T>
-struct KeyTile {
-  std::vector<T> kt, vt, ks;
-  KeyTile(int64_t d, int64_t dp, bool with_k) : kt(d * kBlockK), vt(d * kBlockK), ks(with_k ? kBlockK * dp : 0) {}
-
-  void load(const AttentionBackwardParams& p, const SequenceBounds& sb, int kv_head, int64_t j0, int64_t kn) {
-    const int64_t d = p.head_dim, dp = padded_dim<T>(d);
-    const auto k = head_rows<const T>(p.k, p.k_row_stride, p.k_head_stride, kv_head);
-    const auto v = head_rows<const T>(p.v, p.v_row_stride, p.v_head_stride, kv_head);
-    load_transposed<T>(kt.data(), k, sb.k_begin + j0, kn, d);
-    load_transposed<T>(vt.data(), v, sb.k_begin + j0, kn, d);
-    if (!ks.empty()) load_rows<T>(ks.data(), dp, k, sb.k_begin + j0, kn, d, T(1));
-  }
-};
-
-// Per (query tile, key tile): s becomes P = exp(s - lse) and dpb becomes dS = P (dP - D), times
-// softcap's derivative 1 - tanh^2; dS is the gradient with respect to q.k times softmax_scale.
+// Per (query tile, key tile): st becomes P^T = exp(s - lse) and dst becomes dS^T = P (dP - D),
+// times softcap's derivative 1 - tanh^2: the gradient with respect to scale * q.k.
 template <typename T>
 VARPACK_ALWAYS_INLINE void probs_and_dscores(const AttentionBackwardParams& p, const QueryTile<T>& qt,
-                                             const KeyTile<T>& kt, const QueryTileKeys& keys, int64_t j0,
-                                             int64_t kn, T* s, T* tanh_s, T* dpb) {
+                                             HeadRows<const T> k, HeadRows<const T> v, const TileMask<T>& mask,
+                                             int64_t kn, T* st, T* tanh_st, T* dst) {
   using V = typename Simd<T>::V;
   constexpr int W = Simd<T>::width;
-  const int64_t d = p.head_dim, dp = padded_dim<T>(d);
-  tile_scores<T>(s, tanh_s, qt.qs.data(), dp, kt.kt.data(), d, keys, j0, kn, static_cast<T>(p.softcap));
-  gemm<T>(dpb, kBlockK, qt.dos.data(), dp, kt.vt.data(), kBlockK, keys.n, kBlockK, d, false);
-  for (int64_t r = 0; r < keys.n; ++r) {
-    // lse = +inf (no visible key) gives s - lse = -inf and P = 0.
-    const T lse = qt.lse[r], dsum = qt.dsum[r];
-    for (int j = 0; j < kBlockK; j += W) {
-      const int64_t i = r * kBlockK + j;
+  const int64_t d = p.head_dim;
+  tile_scores<T>(st, tanh_st, k, qt.qt.data(), d, mask, kn, static_cast<T>(p.softcap));
+  gemm<T>(dst, kBlockQ, v.row(0), v.row_stride, 1, qt.dot.data(), kBlockQ, kn, kBlockQ, d, false);  // dP^T
+  for (int v_i = 0; v_i < kBlockQ / W; ++v_i) {
+    V lse, dsum;
+    load<T>(lse, qt.lse + v_i * W);
+    load<T>(dsum, qt.dsum + v_i * W);
+    for (int64_t j = 0; j < kn; ++j) {
+      const int64_t e = j * kBlockQ + v_i * W;
       V x, dpv;
-      load<T>(x, s + i);
-      load<T>(dpv, dpb + i);
-      V prob = x - lse;
+      load<T>(x, st + e);
+      load<T>(dpv, dst + e);
+      V prob = x - lse;  // lse = +inf (no visible key) gives -inf and P = 0
       exp_in_place(prob);
       V ds = prob * (dpv - dsum);
       if (p.softcap > 0) {
         V t;
-        load<T>(t, tanh_s + i);
+        load<T>(t, tanh_st + e);
         ds *= 1 - t * t;
       }
-      store<T>(s + i, prob);
-      store<T>(dpb + i, ds);
+      store<T>(st + e, prob);
+      store<T>(dst + e, ds);
     }
   }
 }
 
-// dst[j][r] = src[r][j] for r < rows, j < kn.
 template <typename T>
-VARPACK_ALWAYS_INLINE void transpose_tile(T* dst, const T* src, int64_t rows, int64_t kn) {
-  for (int64_t j = 0; j < kn; ++j)
-    for (int64_t r = 0; r < rows; ++r) dst[j * kBlockQ + r] = src[r * kBlockK + j];
+HeadRows<const T> sequence_rows(const void* data, int64_t row_stride, int64_t head_stride, int head, int64_t first) {
+  HeadRows<const T> h = head_rows<const T>(data, row_stride, head_stride, head);
+  h.data += first * row_stride;
+  return h;
 }
 
 // The log-sum-exp of each row of a query tile, recomputed in T from the scores (f64 only).
 template <typename T>
-VARPACK_ALWAYS_INLINE void recompute_lse(const AttentionBackwardParams& p, const SequenceBounds& sb, int kv_head,
+VARPACK_ALWAYS_INLINE void recompute_lse(const AttentionBackwardParams& p, HeadRows<const T> k, int64_t k_len,
                                          const QueryTile<T>& qt, const QueryTileKeys& keys, T* lse_out) {
-  const int64_t d = p.head_dim, rows = keys.n;
-  std::vector<T> kt(d * kBlockK), s(rows * kBlockK), tanh_s(p.softcap > 0 ? rows * kBlockK : 0);
-  std::vector<T> m(rows, -std::numeric_limits<T>::infinity()), l(rows, T(0));
-  const auto k = head_rows<const T>(p.k, p.k_row_stride, p.k_head_stride, kv_head);
-  for (int64_t j0 = keys.lo() / kBlockK * kBlockK; j0 < keys.hi(); j0 += kBlockK) {
-    const int64_t kn = std::min<int64_t>(kBlockK, sb.k_len - j0);
-    load_transposed<T>(kt.data(), k, sb.k_begin + j0, kn, d);
-    tile_scores<T>(s.data(), tanh_s.data(), qt.qs.data(), padded_dim<T>(d), kt.data(), d, keys, j0, kn,
-                   static_cast<T>(p.softcap));
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* sr = s.data() + r * kBlockK;
-      const T m_new = std::max(m[r], row_max<T>(sr));
-      if (m_new == -std::numeric_limits<T>::infinity()) continue;
-      l[r] *= std::exp(m[r] - m_new);
-      for (int j = 0; j < kBlockK; ++j) l[r] += std::exp(sr[j] - m_new);
-      m[r] = m_new;
-    }
+  std::vector<T> st(kBlockK * kBlockQ), tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0);
+  OnlineSoftmax<T> softmax;
+  for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
+    const int64_t kn = std::min<int64_t>(kBlockK, k_len - j0);
+    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.qt.data(), p.head_dim,
+                   TileMask<T>(keys, j0, kn), kn, static_cast<T>(p.softcap));
+    softmax.step(st.data(), kn);
   }
-  for (int64_t r = 0; r < rows; ++r) lse_out[r] = l[r] > 0 ? m[r] + std::log(l[r]) : std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < keys.n; ++r) {
+    const T l = softmax.sum_of(r);
+    lse_out[r] = l > 0 ? softmax.max_of(r) + std::log(l) : std::numeric_limits<T>::infinity();
+  }
 }
 
 // Pass 1: dq for kBlockQ query rows of one head, and the row stats of the same rows.
@@ -137,6 +133,8 @@ VARPACK_ALWAYS_INLINE void dq_task(const AttentionBackwardParams& p, const Task&
   const auto out = head_rows<const T>(p.out, p.out_row_stride, p.out_head_stride, task.head);
   const auto dout = head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, task.head);
   const auto dq = head_rows<T>(p.dq, p.dq_row_stride, p.dq_head_stride, task.head);
+  const auto k = sequence_rows<T>(p.k, p.k_row_stride, p.k_head_stride, kv_head, sb.k_begin);
+  const auto v = sequence_rows<T>(p.v, p.v_row_stride, p.v_head_stride, kv_head, sb.k_begin);
   for (int64_t r = 0; r < rows; ++r) {
     // D in double: it is a difference of nearly equal terms in dP - D.
     const int64_t t = sb.q_begin + task.begin + r;
@@ -147,25 +145,26 @@ VARPACK_ALWAYS_INLINE void dq_task(const AttentionBackwardParams& p, const Task&
     stats.dsum[task.head * p.total_q + t] = static_cast<T>(sum);
   }
   const QueryTileKeys keys(sb, p, task.begin, rows);
-  QueryTile<T> qt(dp);
+  QueryTile<T> qt(d, false);
   if (stats.lse != nullptr) {
     qt.load(p, sb, task.head, task.begin, rows, {stats.dsum, nullptr});
-    recompute_lse<T>(p, sb, kv_head, qt, keys, stats.lse + task.head * p.total_q + sb.q_begin + task.begin);
+    recompute_lse<T>(p, k, sb.k_len, qt, keys, stats.lse + task.head * p.total_q + sb.q_begin + task.begin);
   }
   qt.load(p, sb, task.head, task.begin, rows, {stats.dsum, stats.lse});
-  KeyTile<T> ktile(d, dp, true);
-  std::vector<T> dq_acc(rows * dp, T(0)), s(rows * kBlockK), tanh_s(p.softcap > 0 ? rows * kBlockK : 0),
-      dpb(rows * kBlockK);
-  for (int64_t j0 = keys.lo() / kBlockK * kBlockK; j0 < keys.hi(); j0 += kBlockK) {
+  std::vector<T> dq_acc(rows * dp, T(0)), st(kBlockK * kBlockQ), tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0),
+      dst(kBlockK * kBlockQ), k_scratch;
+  for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
     const int64_t kn = std::min<int64_t>(kBlockK, sb.k_len - j0);
-    ktile.load(p, sb, kv_head, j0, kn);
-    probs_and_dscores<T>(p, qt, ktile, keys, j0, kn, s.data(), tanh_s.data(), dpb.data());
-    gemm<T>(dq_acc.data(), dp, dpb.data(), kBlockK, ktile.ks.data(), dp, rows, dp, kn, true);
+    probs_and_dscores<T>(p, qt, {k.row(j0), k.row_stride}, {v.row(j0), v.row_stride}, TileMask<T>(keys, j0, kn), kn,
+                         st.data(), tanh_st.data(), dst.data());
+    const RowsOperand<T> kr = rows_operand<T>(k, j0, kn, d, k_scratch);
+    // dQ[r][c] += sum_j dS[j][r] K[j][c]: A is dS^T read transposed.
+    gemm<T>(dq_acc.data(), dp, dst.data(), 1, kBlockQ, kr.data, kr.ld, rows, dp, kn, true);
   }
   const T scale = static_cast<T>(p.softmax_scale);
   for (int64_t r = 0; r < rows; ++r) {
-    T* dst = dq.row(sb.q_begin + task.begin + r);
-    for (int64_t c = 0; c < d; ++c) dst[c] = scale * dq_acc[r * dp + c];
+    T* g = dq.row(sb.q_begin + task.begin + r);
+    for (int64_t c = 0; c < d; ++c) g[c] = scale * dq_acc[r * dp + c];
   }
 }
 
@@ -176,22 +175,21 @@ VARPACK_ALWAYS_INLINE void dkv_task(const AttentionBackwardParams& p, const Task
   const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, task.seq);
   const int group = p.heads / p.kv_heads;
   const int64_t d = p.head_dim, dp = padded_dim<T>(d), j0 = task.begin, kn = task.end - task.begin;
-  KeyTile<T> ktile(d, dp, false);
-  ktile.load(p, sb, task.head, j0, kn);
-  QueryTile<T> qt(dp);
-  std::vector<T> dk_acc(kBlockK * dp, T(0)), dv_acc(kBlockK * dp, T(0)), s(kBlockQ * kBlockK),
-      tanh_s(p.softcap > 0 ? kBlockQ * kBlockK : 0), dpb(kBlockQ * kBlockK), transposed(kBlockK * kBlockQ);
+  const auto k = sequence_rows<T>(p.k, p.k_row_stride, p.k_head_stride, task.head, sb.k_begin + j0);
+  const auto v = sequence_rows<T>(p.v, p.v_row_stride, p.v_head_stride, task.head, sb.k_begin + j0);
+  QueryTile<T> qt(d, true);
+  std::vector<T> dk_acc(kn * dp, T(0)), dv_acc(kn * dp, T(0)), st(kBlockK * kBlockQ),
+      tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0), dst(kBlockK * kBlockQ);
   for (int h = task.head * group; h < (task.head + 1) * group; ++h) {
     for (int64_t first = 0; first < sb.q_len; first += kBlockQ) {
       const int64_t rows = std::min<int64_t>(kBlockQ, sb.q_len - first);
       const QueryTileKeys keys(sb, p, first, rows);
       if (!keys.sees_any(j0, j0 + kn)) continue;
       qt.load(p, sb, h, first, rows, stats);
-      probs_and_dscores<T>(p, qt, ktile, keys, j0, kn, s.data(), tanh_s.data(), dpb.data());
-      transpose_tile<T>(transposed.data(), s.data(), rows, kn);
-      gemm<T>(dv_acc.data(), dp, transposed.data(), kBlockQ, qt.dos.data(), dp, kn, dp, rows, true);
-      transpose_tile<T>(transposed.data(), dpb.data(), rows, kn);
-      gemm<T>(dk_acc.data(), dp, transposed.data(), kBlockQ, qt.qs.data(), dp, kn, dp, rows, true);
+      probs_and_dscores<T>(p, qt, k, v, TileMask<T>(keys, j0, kn), kn, st.data(), tanh_st.data(), dst.data());
+      // dV[j][c] += sum_r P[j][r] dout[r][c] and dK[j][c] += sum_r dS[j][r] (scale q)[r][c].
+      gemm<T>(dv_acc.data(), dp, st.data(), kBlockQ, 1, qt.dos.data(), dp, kn, dp, rows, true);
+      gemm<T>(dk_acc.data(), dp, dst.data(), kBlockQ, 1, qt.qs.data(), dp, kn, dp, rows, true);
     }
   }
   const auto dk = head_rows<T>(p.dk, p.dk_row_stride, p.dk_head_stride, task.head);
@@ -226,8 +224,7 @@ std::vector<Task> dq_tasks(const AttentionParams& p) {
     for (int64_t begin = 0; begin < sb.q_len; begin += kBlockQ) {
       const int64_t end = std::min<int64_t>(begin + kBlockQ, sb.q_len);
       const QueryTileKeys keys(sb, p, begin, end - begin);
-      const int64_t first_tile = keys.lo() / kBlockK * kBlockK;
-      const int64_t walked = keys.hi() > first_tile ? keys.hi() - first_tile : 0;
+      const int64_t walked = std::max<int64_t>(keys.hi() - keys.first_tile(), 0);
       for (int h = 0; h < p.heads; ++h) tasks.push_back({b, h, begin, end, (end - begin) * (walked + kBlockK)});
     }
   }

@@ -1,11 +1,14 @@
-// The tile steps shared by the CPU forward and backward: copying rows of q, k, v into padded local
-// tiles, which keys each query row of a tile may see (from SequenceBounds), and the scores of one
-// (query tile, key tile) pair with softcap and masking applied.
+// The tile steps shared by the CPU forward and backward. Score tiles are stored transposed,
+// [key][query], and computed as K * Q^T: K and V rows are then read in place (no copy or
+// transpose per key tile; Q^T is built once per task), and the softmax runs vertically, one vector
+// holding kBlockQ / width queries. Also: which keys each query row may see (from SequenceBounds)
+// and the online-softmax step the forward and the f64 backward share.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "tile_math.h"
 #include "varpack/attention.h"
@@ -26,7 +29,7 @@ HeadRows<T> head_rows(P* data, int64_t row_stride, int64_t head_stride, int64_t 
   return {static_cast<T*>(data) + head * head_stride, row_stride};
 }
 
-// dst[r][0..ld) = scale * src row (first + r), zero past head_dim; r < n.
+// dst[r][0..ld) = scale * src.row(first + r), zero past head_dim; r < n.
 template <typename T>
 VARPACK_ALWAYS_INLINE void load_rows(T* dst, int64_t ld, HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
                                      T scale) {
@@ -38,25 +41,43 @@ VARPACK_ALWAYS_INLINE void load_rows(T* dst, int64_t ld, HeadRows<const T> src, 
   }
 }
 
-// dst[c][j] = src row (first + j), column c, for j < n and zero for n <= j < kBlockK: the key tile
-// transposed, so a score row is a sum of whole vectors over c.
+// dst[c][r] = scale * src.row(first + r)[c] for r < n, zero for n <= r < kBlockQ.
 template <typename T>
-VARPACK_ALWAYS_INLINE void load_transposed(T* dst, HeadRows<const T> src, int64_t first, int64_t n, int64_t d) {
-  for (int64_t j = 0; j < n; ++j) {
-    const T* s = src.row(first + j);
-    for (int64_t c = 0; c < d; ++c) dst[c * kBlockK + j] = s[c];
+VARPACK_ALWAYS_INLINE void load_rows_transposed(T* dst, HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
+                                                T scale) {
+  for (int64_t r = 0; r < n; ++r) {
+    const T* s = src.row(first + r);
+    for (int64_t c = 0; c < d; ++c) dst[c * kBlockQ + r] = scale * s[c];
   }
   for (int64_t c = 0; c < d; ++c)
-    for (int64_t j = n; j < kBlockK; ++j) dst[c * kBlockK + j] = T(0);
+    for (int64_t r = n; r < kBlockQ; ++r) dst[c * kBlockQ + r] = T(0);
 }
 
-// Which keys rows [first, first + n) of a sequence see: row r sees [key_begin[r], key_end[r]).
-// Both bounds grow with the row, so the tile as a whole sees [key_begin[0], key_end[n - 1]).
+// n rows of a head as the B operand of gemm (whole vectors per row): in place when head_dim is a
+// multiple of the vector width, else copied into `scratch` with zero padding.
+template <typename T>
+struct RowsOperand {
+  const T* data;
+  int64_t ld;
+};
+template <typename T>
+VARPACK_ALWAYS_INLINE RowsOperand<T> rows_operand(HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
+                                                  std::vector<T>& scratch) {
+  if (d % Simd<T>::width == 0) return {src.row(first), src.row_stride};
+  const int64_t dp = padded_dim<T>(d);
+  scratch.resize(n * dp);
+  load_rows<T>(scratch.data(), dp, src, first, n, d, T(1));
+  return {scratch.data(), dp};
+}
+
+// Which keys rows [first, first + n) see: row r sees [key_begin[r], key_end[r]). Both bounds grow
+// with the row, so the tile as a whole sees [key_begin[0], key_end[n - 1]).
 struct QueryTileKeys {
   int64_t key_begin[kBlockQ] = {};
   int64_t key_end[kBlockQ] = {};
   int64_t n = 0;
 
+  QueryTileKeys() = default;
   QueryTileKeys(const SequenceBounds& sb, const AttentionParams& p, int64_t first, int64_t rows) : n(rows) {
     for (int64_t r = 0; r < n; ++r) {
       key_begin[r] = sb.key_begin(first + r, p.window_left);
@@ -66,37 +87,113 @@ struct QueryTileKeys {
   int64_t lo() const { return key_begin[0]; }
   int64_t hi() const { return key_end[n - 1]; }
   bool sees_any(int64_t j0, int64_t j1) const { return lo() < j1 && hi() > j0 && lo() < hi(); }
+  int64_t first_tile() const { return lo() / kBlockK * kBlockK; }  // key tiles start at multiples of kBlockK
 };
 
-// Scores s[r][j] of the tile's query rows against keys [j0, j0 + kBlockK) of the sequence:
-// q (already times softmax_scale) . k, then softcap, then -inf where row r may not look (outside
-// its window, or past the key tile's kn valid keys). With softcap, tanh_out[r][j] keeps
-// tanh(x / softcap) for the backward.
+// The visible keys of each query of a tile, relative to the key tile [j0, j0 + kn), as lane
+// vectors: query i sees local key j iff lo_i <= j < hi_i. Queries past the tile's rows see none.
 template <typename T>
-VARPACK_ALWAYS_INLINE void tile_scores(T* s, T* tanh_out, const T* qs, int64_t ldq, const T* kt, int64_t d,
-                                       const QueryTileKeys& keys, int64_t j0, int64_t kn, T softcap) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::width;
-  gemm<T>(s, kBlockK, qs, ldq, kt, kBlockK, keys.n, kBlockK, d, false);
-  if (softcap > 0) {
-    const T inv_cap = T(1) / softcap;
-    for (int64_t i = 0; i < keys.n * kBlockK; i += W) {
-      V x;
-      load<T>(x, s + i);
-      V t = x * inv_cap;
-      tanh_in_place(t);
-      store<T>(tanh_out + i, t);
-      store<T>(s + i, softcap * t);
+struct TileMask {
+  static constexpr int W = Simd<T>::width;
+  using I = typename Simd<T>::I;
+  I lo[kBlockQ / W], hi[kBlockQ / W];
+  bool all_visible = true;
+
+  TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn) {
+    for (int64_t i = 0; i < kBlockQ; ++i) {
+      int64_t a = kBlockK, e = 0;
+      if (i < keys.n) {
+        a = std::clamp<int64_t>(keys.key_begin[i] - j0, 0, kBlockK);
+        e = std::clamp<int64_t>(keys.key_end[i] - j0, 0, kBlockK);
+        all_visible = all_visible && a == 0 && e >= kn;
+      }
+      lo[i / W][i % W] = a;
+      hi[i / W][i % W] = e;
     }
   }
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  for (int64_t r = 0; r < keys.n; ++r) {
-    const int64_t a = std::clamp<int64_t>(keys.key_begin[r] - j0, 0, kn);
-    const int64_t e = std::clamp<int64_t>(keys.key_end[r] - j0, a, kn);
-    T* row = s + r * kBlockK;
-    for (int64_t j = 0; j < a; ++j) row[j] = minus_inf;
-    for (int64_t j = e; j < kBlockK; ++j) row[j] = minus_inf;
+};
+
+// Score tile st[j][i] (j < kn keys from k.row(0), i < kBlockQ queries of qt = (scale * Q)^T):
+// q.k, then softcap (tanh(x / softcap) kept in tanh_out for the backward), then -inf where query i
+// may not see key j.
+template <typename T>
+VARPACK_ALWAYS_INLINE void tile_scores(T* st, T* tanh_out, HeadRows<const T> k, const T* qt, int64_t d,
+                                       const TileMask<T>& mask, int64_t kn, T softcap) {
+  using V = typename Simd<T>::V;
+  using I = typename Simd<T>::I;
+  constexpr int W = Simd<T>::width;
+  gemm<T>(st, kBlockQ, k.row(0), k.row_stride, 1, qt, kBlockQ, kn, kBlockQ, d, false);
+  if (softcap > 0) {
+    const T inv_cap = T(1) / softcap;
+    for (int64_t e = 0; e < kn * kBlockQ; e += W) {
+      V x;
+      load<T>(x, st + e);
+      x *= inv_cap;
+      tanh_in_place(x);
+      store<T>(tanh_out + e, x);
+      store<T>(st + e, softcap * x);
+    }
+  }
+  if (mask.all_visible) return;
+  const V minus_inf = V{} - std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < kn; ++j) {
+    const I jv = I{} + static_cast<typename Simd<T>::Lane>(j);
+    for (int v = 0; v < kBlockQ / W; ++v) {
+      V x;
+      load<T>(x, st + j * kBlockQ + v * W);
+      x = (mask.lo[v] <= jv) & (jv < mask.hi[v]) ? x : minus_inf;
+      store<T>(st + j * kBlockQ + v * W, x);
+    }
   }
 }
+
+// Running max m and sum l of each query (kBlockQ / W vectors) over the key tiles seen so far.
+// One step: folds in score tile st (kn keys), turns st into exp(s - m_new) and leaves in alpha the
+// factor exp(m_old - m_new) by which earlier sums (and outputs) must be scaled.
+template <typename T>
+struct OnlineSoftmax {
+  static constexpr int W = Simd<T>::width;
+  using V = typename Simd<T>::V;
+  V m[kBlockQ / W], l[kBlockQ / W];
+  T alpha[kBlockQ];
+
+  OnlineSoftmax() {
+    for (int v = 0; v < kBlockQ / W; ++v) {
+      m[v] = V{} - std::numeric_limits<T>::infinity();
+      l[v] = V{};
+    }
+  }
+
+  VARPACK_ALWAYS_INLINE void step(T* st, int64_t kn) {
+    const V minus_inf = V{} - std::numeric_limits<T>::infinity();
+    for (int v = 0; v < kBlockQ / W; ++v) {
+      V tile_max = minus_inf;
+      for (int64_t j = 0; j < kn; ++j) {
+        V x;
+        load<T>(x, st + j * kBlockQ + v * W);
+        tile_max = x > tile_max ? x : tile_max;
+      }
+      const V m_new = tile_max > m[v] ? tile_max : m[v];
+      // A query with no visible key so far keeps m = -inf; subtracting 0 keeps its terms exp(-inf) = 0.
+      const V m_safe = m_new == minus_inf ? V{} : m_new;
+      V a = m[v] - m_safe;
+      exp_in_place(a);
+      V sum{};
+      for (int64_t j = 0; j < kn; ++j) {
+        V x;
+        load<T>(x, st + j * kBlockQ + v * W);
+        x -= m_safe;
+        exp_in_place(x);
+        store<T>(st + j * kBlockQ + v * W, x);
+        sum += x;
+      }
+      l[v] = l[v] * a + sum;
+      m[v] = m_new;
+      store<T>(alpha + v * W, a);
+    }
+  }
+  T max_of(int64_t i) const { return m[i / W][i % W]; }
+  T sum_of(int64_t i) const { return l[i / W][i % W]; }
+};
 
 }  // namespace varpack::cpu

@@ -22,7 +22,7 @@
 namespace varpack::cpu {
 
 // Tile sizes: kBlockQ query rows per task, kBlockK keys per inner tile. 64 x 64 keeps a task's
-// working set (Q, O, K^T, V tiles and the scores) within L2 up to head_dim 256.
+// working set (Q^T, O and the scores; K and V are read in place) within L2 up to head_dim 256.
 inline constexpr int kBlockQ = 64;
 inline constexpr int kBlockK = 64;
 inline constexpr int kVectorBytes = 64;
@@ -32,15 +32,19 @@ struct Simd;
 template <>
 struct Simd<float> {
   typedef float V __attribute__((vector_size(kVectorBytes)));
+  typedef int32_t I __attribute__((vector_size(kVectorBytes)));  // lane masks and indices
+  using Lane = int32_t;
   static constexpr int width = kVectorBytes / sizeof(float);
 };
 template <>
 struct Simd<double> {
   typedef double V __attribute__((vector_size(kVectorBytes)));
+  typedef int64_t I __attribute__((vector_size(kVectorBytes)));
+  using Lane = int64_t;
   static constexpr int width = kVectorBytes / sizeof(double);
 };
-static_assert(kBlockK % Simd<float>::width == 0 && kBlockK % Simd<double>::width == 0,
-              "a score row must be whole vectors");
+static_assert(kBlockQ % Simd<float>::width == 0 && kBlockQ % Simd<double>::width == 0,
+              "score tiles are [key][query]: a key's scores must be whole vectors");
 
 // head_dim rounded up to whole vectors: the padded columns of local tiles are zero.
 template <typename T>
@@ -57,10 +61,11 @@ VARPACK_ALWAYS_INLINE void store(T* p, const typename Simd<T>::V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// C[R x NV vectors] (+)= A[R x k] * B[k x NV vectors], accumulators in registers.
+// C[R x NV vectors] (+)= A[R x k] * B[k x NV vectors], accumulators in registers. A(r, kk) is
+// a[r * lda + kk * a_step]: A can be read row-major (a_step 1) or transposed (lda 1).
 template <typename T, int R, int NV>
-VARPACK_ALWAYS_INLINE void gemm_block(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t k,
-                                      bool accumulate) {
+VARPACK_ALWAYS_INLINE void gemm_block(T* c, int64_t ldc, const T* a, int64_t lda, int64_t a_step, const T* b,
+                                      int64_t ldb, int64_t k, bool accumulate) {
   using V = typename Simd<T>::V;
   constexpr int W = Simd<T>::width;
   V acc[R][NV];
@@ -76,7 +81,7 @@ VARPACK_ALWAYS_INLINE void gemm_block(T* c, int64_t ldc, const T* a, int64_t lda
     V bv[NV];
     for (int v = 0; v < NV; ++v) load<T>(bv[v], b + kk * ldb + v * W);
     for (int r = 0; r < R; ++r) {
-      const T av = a[r * lda + kk];
+      const T av = a[r * lda + kk * a_step];
       for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
     }
   }
@@ -85,34 +90,35 @@ VARPACK_ALWAYS_INLINE void gemm_block(T* c, int64_t ldc, const T* a, int64_t lda
 }
 
 template <typename T, int NV>
-VARPACK_ALWAYS_INLINE void gemm_columns(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t m,
-                                        int64_t k, bool accumulate) {
+VARPACK_ALWAYS_INLINE void gemm_columns(T* c, int64_t ldc, const T* a, int64_t lda, int64_t a_step, const T* b,
+                                        int64_t ldb, int64_t m, int64_t k, bool accumulate) {
   int64_t r = 0;
-  for (; r + 4 <= m; r += 4) gemm_block<T, 4, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate);
+  for (; r + 4 <= m; r += 4) gemm_block<T, 4, NV>(c + r * ldc, ldc, a + r * lda, lda, a_step, b, ldb, k, accumulate);
   switch (m - r) {
-    case 3: gemm_block<T, 3, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate); break;
-    case 2: gemm_block<T, 2, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate); break;
-    case 1: gemm_block<T, 1, NV>(c + r * ldc, ldc, a + r * lda, lda, b, ldb, k, accumulate); break;
+    case 3: gemm_block<T, 3, NV>(c + r * ldc, ldc, a + r * lda, lda, a_step, b, ldb, k, accumulate); break;
+    case 2: gemm_block<T, 2, NV>(c + r * ldc, ldc, a + r * lda, lda, a_step, b, ldb, k, accumulate); break;
+    case 1: gemm_block<T, 1, NV>(c + r * ldc, ldc, a + r * lda, lda, a_step, b, ldb, k, accumulate); break;
     default: break;
   }
 }
 
-// C[m x n] (+)= A[m x k] * B[k x n]; n is a multiple of the vector width. The sum over k runs in
-// order 0..k-1 for every element, whatever m and n: results do not depend on the tiling.
+// C[m x n] (+)= A[m x k] * B[k x n] with A(r, kk) = a[r * lda + kk * a_step]; n is a multiple of
+// the vector width. The sum over k runs in order 0..k-1 for every element, whatever m and n, so
+// results do not depend on the tiling.
 template <typename T>
-VARPACK_ALWAYS_INLINE void gemm(T* c, int64_t ldc, const T* a, int64_t lda, const T* b, int64_t ldb, int64_t m,
-                                int64_t n, int64_t k, bool accumulate) {
+VARPACK_ALWAYS_INLINE void gemm(T* c, int64_t ldc, const T* a, int64_t lda, int64_t a_step, const T* b, int64_t ldb,
+                                int64_t m, int64_t n, int64_t k, bool accumulate) {
   constexpr int W = Simd<T>::width;
   for (int64_t col = 0; col < n; col += 4 * W) {
     const int64_t nv = (n - col) / W;
     if (nv >= 4) {
-      gemm_columns<T, 4>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+      gemm_columns<T, 4>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
     } else if (nv == 3) {
-      gemm_columns<T, 3>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+      gemm_columns<T, 3>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
     } else if (nv == 2) {
-      gemm_columns<T, 2>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+      gemm_columns<T, 2>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
     } else {
-      gemm_columns<T, 1>(c + col, ldc, a, lda, b + col, ldb, m, k, accumulate);
+      gemm_columns<T, 1>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
     }
   }
 }
@@ -124,7 +130,7 @@ VARPACK_ALWAYS_INLINE void gemm(T* c, int64_t ldc, const T* a, int64_t lda, cons
 // double: the library's exp lane by lane (the f64 path serves gradient checks: exactness first).
 VARPACK_ALWAYS_INLINE void exp_in_place(Simd<float>::V& x) {
   using V = Simd<float>::V;
-  typedef int32_t I __attribute__((vector_size(kVectorBytes)));
+  using I = Simd<float>::I;
   const V lo = V{} - 87.33654f, hi = V{} + 88.0f;  // n stays <= 127: 2^n is finite
   const auto underflow = x < lo;
   V y = x < lo ? lo : x;
@@ -165,23 +171,6 @@ VARPACK_ALWAYS_INLINE void tanh_in_place(Simd<float>::V& x) {
 
 VARPACK_ALWAYS_INLINE void tanh_in_place(Simd<double>::V& x) {
   for (int i = 0; i < Simd<double>::width; ++i) x[i] = std::tanh(x[i]);
-}
-
-// Largest of a score row of kBlockK entries.
-template <typename T>
-VARPACK_ALWAYS_INLINE T row_max(const T* s) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::width;
-  V m;
-  load<T>(m, s);
-  for (int j = W; j < kBlockK; j += W) {
-    V x;
-    load<T>(x, s + j);
-    m = x > m ? x : m;
-  }
-  T r = m[0];
-  for (int i = 1; i < W; ++i) r = m[i] > r ? m[i] : r;
-  return r;
 }
 
 }  // namespace varpack::cpu

@@ -1,0 +1,197 @@
+// CPU attention benchmark: varpack's varlen forward and backward against the padded dense peer in
+// the same run, at a series of padding rates. Prints a markdown table: times (median of --repeats
+// after a warm-up), useful GFLOP/s (4 * heads * d * sum(len^2), halved for causal, x2.5 for the
+// backward) and the time saved by not computing the padding.
+//   attention_cpu_bench [--batch 8] [--seq-len 1024] [--heads 8] [--kv-heads 8] [--head-dim 64]
+//                       [--causal 0|1] [--threads 0] [--repeats 3] [--seed 1]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "padded_attention.h"
+#include "varpack/attention.h"
+
+namespace {
+
+struct Options {
+  int64_t batch = 8, seq_len = 1024;
+  int heads = 8, kv_heads = 8, head_dim = 64, threads = 0, repeats = 3;
+  bool causal = false;
+  uint32_t seed = 1;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const long value = std::strtol(argv[i + 1], nullptr, 10);
+    if (key == "--batch") o.batch = value;
+    else if (key == "--seq-len") o.seq_len = value;
+    else if (key == "--heads") o.heads = static_cast<int>(value);
+    else if (key == "--kv-heads") o.kv_heads = static_cast<int>(value);
+    else if (key == "--head-dim") o.head_dim = static_cast<int>(value);
+    else if (key == "--causal") o.causal = value != 0;
+    else if (key == "--threads") o.threads = static_cast<int>(value);
+    else if (key == "--repeats") o.repeats = static_cast<int>(value);
+    else if (key == "--seed") o.seed = static_cast<uint32_t>(value);
+    else {
+      std::fprintf(stderr, "attention_cpu_bench: unknown option %s\n", key.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+double median_ms(int repeats, const std::function<void()>& fn) {
+  fn();  // warm-up: page faults, thread start-up, instruction caches
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Lengths spread evenly over a uniform distribution with mean (1 - rate) * L (quantiles, shuffled),
+// so the padding rate hits its target even for small batches.
+std::vector<int32_t> draw_lengths(const Options& o, double rate, std::mt19937& rng) {
+  const double mean = (1 - rate) * o.seq_len;
+  const double lo = rate <= 0.5 ? o.seq_len - 2 * rate * o.seq_len : 1;
+  const double hi = rate <= 0.5 ? o.seq_len : 2 * mean - 1;
+  std::vector<int32_t> lengths(o.batch);
+  for (int64_t i = 0; i < o.batch; ++i) {
+    const double x = lo + (hi - lo) * (i + 0.5) / o.batch;
+    lengths[i] = static_cast<int32_t>(std::clamp<double>(std::round(x), 1, o.seq_len));
+  }
+  std::shuffle(lengths.begin(), lengths.end(), rng);
+  return lengths;
+}
+
+// The attention tensors of one layout: THD rows, with cu_seqlens.
+struct Layout {
+  std::vector<int32_t> cu;
+  std::vector<float> q, k, v, out, dout, dq, dk, dv;
+  std::vector<float> lse;
+  int64_t rows = 0, max_len = 0;
+
+  Layout(const Options& o, const std::vector<int32_t>& lengths, std::mt19937& rng) {
+    cu = {0};
+    for (int32_t l : lengths) {
+      cu.push_back(cu.back() + l);
+      max_len = std::max<int64_t>(max_len, l);
+    }
+    rows = cu.back();
+    std::normal_distribution<float> normal;
+    auto random = [&](int64_t n) {
+      std::vector<float> x(n);
+      for (float& e : x) e = normal(rng);
+      return x;
+    };
+    q = random(rows * o.heads * o.head_dim);
+    k = random(rows * o.kv_heads * o.head_dim);
+    v = random(rows * o.kv_heads * o.head_dim);
+    dout = random(rows * o.heads * o.head_dim);
+    out.assign(q.size(), 0);
+    dq.assign(q.size(), 0);
+    dk.assign(k.size(), 0);
+    dv.assign(v.size(), 0);
+    lse.assign(rows * o.heads, 0);
+  }
+
+  varpack::AttentionBackwardParams params(const Options& o) {
+    varpack::AttentionBackwardParams p;
+    p.q = q.data();
+    p.k = k.data();
+    p.v = v.data();
+    p.out = out.data();
+    p.lse = lse.data();
+    p.dout = dout.data();
+    p.dq = dq.data();
+    p.dk = dk.data();
+    p.dv = dv.data();
+    p.q_row_stride = p.out_row_stride = p.dout_row_stride = p.dq_row_stride = int64_t{o.heads} * o.head_dim;
+    p.k_row_stride = p.v_row_stride = p.dk_row_stride = p.dv_row_stride = int64_t{o.kv_heads} * o.head_dim;
+    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = p.dout_head_stride =
+        p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = o.head_dim;
+    p.lse_head_stride = rows;
+    p.cu_seqlens_q = p.cu_seqlens_k = cu.data();
+    p.batch = static_cast<int64_t>(cu.size()) - 1;
+    p.total_q = p.total_k = rows;
+    p.max_seqlen_q = p.max_seqlen_k = max_len;
+    p.heads = o.heads;
+    p.kv_heads = o.kv_heads;
+    p.head_dim = o.head_dim;
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+    p.causal = o.causal;
+    return p;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  std::printf("# batch %lld x L %lld, heads %d (kv %d), head_dim %d, %s, float32, %d threads, median of %d\n\n",
+              static_cast<long long>(o.batch), static_cast<long long>(o.seq_len), o.heads, o.kv_heads, o.head_dim,
+              o.causal ? "causal" : "not causal", threads, o.repeats);
+  std::printf("| padding | varlen fwd ms | padded fwd ms | fwd saving | varlen fwd GFLOP/s | padded fwd GFLOP/s (useful) "
+              "| varlen bwd ms | padded bwd ms | bwd saving | varlen bwd GFLOP/s | max |out diff| |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(o.seed);
+  for (const double rate : {0.03, 0.10, 0.25, 0.50, 0.75, 0.90}) {
+    const std::vector<int32_t> lengths = draw_lengths(o, rate, rng);
+    double sum_len = 0, sum_sq = 0;
+    for (int32_t l : lengths) {
+      sum_len += l;
+      sum_sq += static_cast<double>(l) * l;
+    }
+    const double actual_rate = 1 - sum_len / (o.batch * o.seq_len);
+    const double flops = 4.0 * o.heads * o.head_dim * sum_sq * (o.causal ? 0.5 : 1.0);
+
+    Layout packed(o, lengths, rng);
+    Layout padded(o, std::vector<int32_t>(o.batch, static_cast<int32_t>(o.seq_len)), rng);
+    // The padded batch holds the packed tokens at the start of each row of L.
+    const int64_t qw = int64_t{o.heads} * o.head_dim, kw = int64_t{o.kv_heads} * o.head_dim;
+    for (int64_t b = 0; b < o.batch; ++b) {
+      const int64_t src = packed.cu[b], dst = b * o.seq_len, n = lengths[b];
+      std::copy_n(&packed.q[src * qw], n * qw, &padded.q[dst * qw]);
+      std::copy_n(&packed.k[src * kw], n * kw, &padded.k[dst * kw]);
+      std::copy_n(&packed.v[src * kw], n * kw, &padded.v[dst * kw]);
+    }
+    varpack::AttentionBackwardParams vp = packed.params(o), rect = padded.params(o);
+    varpack::bench::PaddedBatch pb{padded.q.data(), padded.k.data(), padded.v.data(), padded.out.data(), lengths,
+                                   o.seq_len, o.heads, o.kv_heads, o.head_dim, o.causal};
+
+    const double varlen_fwd = median_ms(o.repeats, [&] { varpack::attention_forward_cpu(vp, threads); });
+    const double padded_fwd = median_ms(o.repeats, [&] { varpack::bench::padded_attention_forward(pb, threads); });
+    const double varlen_bwd = median_ms(o.repeats, [&] { varpack::attention_backward_cpu(vp, threads); });
+    // The padded backward: the same kernel over the full L x L rectangle of every row, which is the
+    // work a dense backward does (a key mask changes values, not cost).
+    varpack::attention_forward_cpu(rect, threads);
+    const double padded_bwd = median_ms(o.repeats, [&] { varpack::attention_backward_cpu(rect, threads); });
+
+    double max_diff = 0;  // the two forwards agree on the real tokens
+    varpack::bench::padded_attention_forward(pb, threads);
+    for (int64_t b = 0; b < o.batch; ++b)
+      for (int64_t e = 0; e < lengths[b] * qw; ++e)
+        max_diff = std::max<double>(max_diff, std::abs(packed.out[packed.cu[b] * qw + e] - padded.out[b * o.seq_len * qw + e]));
+
+    std::printf("| %.1f%% | %.2f | %.2f | %.1f%% | %.1f | %.1f | %.2f | %.2f | %.1f%% | %.1f | %.1e |\n",
+                100 * actual_rate, varlen_fwd, padded_fwd, 100 * (1 - varlen_fwd / padded_fwd),
+                flops / varlen_fwd / 1e6, flops / padded_fwd / 1e6, varlen_bwd, padded_bwd,
+                100 * (1 - varlen_bwd / padded_bwd), 2.5 * flops / varlen_bwd / 1e6, max_diff);
+    std::fflush(stdout);
+  }
+  return 0;
+}
