@@ -218,8 +218,9 @@ class PackedStream(torch.utils.data.IterableDataset):
         return batches, kept
 
     def _rows_to_emit(self, pieces: np.ndarray, row_begin: np.ndarray, lengths: list) -> int:
-        """How many leading rows leave now: trailing rows under min_fill, and a last incomplete
-        batch, wait, as long as they hold whole samples and at most half the buffer."""
+        """How many leading rows leave now. Trailing rows under min_fill, and the rows of a last
+        incomplete batch, wait for the next flush as long as they hold only whole samples and at
+        most half the buffer; past that budget a smaller batch leaves rather than stall the stream."""
         rows = len(row_begin) - 1
         budget = len(lengths) // 2
         held = 0
@@ -233,6 +234,4 @@ class PackedStream(torch.utils.data.IterableDataset):
                 break
             held += len(row)
             emit -= 1
-        # The rows that leave must form whole batches; if the hold-back budget ran out first, the
-        # remainder leaves as a smaller batch rather than stalling the stream.
         return emit
