@@ -40,6 +40,7 @@ from corpus import PAD, VOCAB_SIZE, Corpus, Profile, draw_steps  # noqa: E402
 import varpack  # noqa: E402
 import varpack.hf  # noqa: E402
 from varpack.auto import PADDED, VARLEN, PathChooser, fit_cost_model  # noqa: E402
+from varpack.loss import per_sample_losses  # noqa: E402
 
 log = logging.getLogger("train_packed")
 MODES = ("fixed", "dynamic", "packed_torch", "packed_varpack", "auto")
@@ -147,6 +148,7 @@ class Batch:
     computed: int
     lengths: list = field(default_factory=list)
     row_padding: float = 0.0  # packed only: padding if the plan's rows were padded to capacity
+    segment_sample: torch.Tensor | None = None  # packed only: the sample of each segment
 
 
 def packed_batch(samples: list, capacity: int, attn: str) -> Batch:
@@ -160,7 +162,7 @@ def packed_batch(samples: list, capacity: int, attn: str) -> Batch:
         "max_length_q": built["max_seqlen"], "max_length_k": built["max_seqlen"],
     }
     return Batch(kwargs, attn, sum(lengths), int(built["input_ids"].numel()), lengths,
-                 plan.stats["padding_rate_packed"])
+                 plan.stats["padding_rate_packed"], built["segment_sample"])
 
 
 def padded_batch(samples: list, width: int | None, attn: str = "sdpa") -> Batch:
@@ -448,6 +450,71 @@ def parity(args, preset: Preset, corpus: Corpus, device, varlen_attn: str | None
             "relative_difference": relative, "within_1_percent": relative < 0.01, "curves": curves}
 
 
+# ---------------------------------------------------------------- per-sample parity on the device
+
+def sample_parity(args, preset: Preset, corpus: Corpus, device, kernels: list) -> dict:
+    """Same weights, one step's samples: per-sample losses and gradients of each packed varlen
+    kernel vs the samples run one by one, in bf16 autocast on CUDA. Tolerance as the reference
+    kernel projects use: the packed error against a float32 one-by-one run may be at most twice
+    (losses) or three times (gradients) the error of the bf16 one-by-one run itself."""
+    profile = preset.profiles[0]
+    layers, hidden, heads, intermediate = preset.parity_model
+    model = make_model(layers, hidden, heads, intermediate, profile.capacity, device, args.seed + 4)
+    samples = draw_steps(corpus, profile, preset.parity_tokens_per_step // 2, 1, args.seed + 5)[0]
+    half = device.type == "cuda"
+
+    def run(attn: str, packed: bool, low_precision: bool):
+        model.zero_grad(set_to_none=True)
+        model.config._attn_implementation = attn
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=low_precision and half):
+            with sdpa_context(device):
+                if packed:
+                    batch = packed_batch(samples, profile.capacity, attn)
+                    inputs = to_device(batch, device)
+                    labels = inputs.pop("labels")
+                    logits = model(**inputs).logits
+                    losses = torch.empty(len(samples), device=device)
+                    losses[batch.segment_sample.to(device)] = per_sample_losses(
+                        logits, labels, inputs["cu_seq_lens_q"]).float()
+                else:
+                    losses = []
+                    for sample in samples:
+                        ids = torch.as_tensor(sample, dtype=torch.int64, device=device)[None]
+                        labels = ids.clone()
+                        labels[0, 0] = -100
+                        bounds = torch.tensor([0, ids.shape[1]], dtype=torch.int32, device=device)
+                        losses.append(per_sample_losses(model(input_ids=ids).logits, labels, bounds).float())
+                    losses = torch.cat(losses)
+        torch.nansum(losses).backward()
+        grads = torch.cat([p.grad.reshape(-1).float() for p in model.parameters()])
+        return losses.detach(), grads
+
+    reference_losses, reference_grads = run("sdpa", packed=False, low_precision=False)
+    base_losses, base_grads = run("sdpa", packed=False, low_precision=True)
+    scale = reference_grads.abs().max()
+    base_loss_error = float((base_losses - reference_losses).abs().max())
+    base_grad_error = float((base_grads - reference_grads).abs().max() / scale)
+    out = {"samples": len(samples), "precision": "bf16 autocast" if half else "float32",
+           "one_by_one_bf16": {"loss_error": base_loss_error, "grad_error": base_grad_error}}
+    for attn in kernels:
+        try:
+            losses, grads = run(attn, packed=True, low_precision=True)
+        except Exception as error:
+            log.exception("sample parity with %s failed", attn)
+            out[attn] = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
+            continue
+        loss_error = float((losses - reference_losses).abs().max())
+        grad_error = float((grads - reference_grads).abs().max() / scale)
+        # The floor covers float32 runs, where the one-by-one run has no error of its own.
+        ok = (loss_error <= 2 * base_loss_error + 1e-5 and grad_error <= 3 * base_grad_error + 1e-5)
+        out[attn] = {"status": "ok", "loss_error": loss_error, "grad_error": grad_error,
+                     "within_tolerance": ok}
+        log.info("per-sample parity %s: loss error %.3g (bf16 one-by-one %.3g), gradient error "
+                 "%.3g (%.3g): %s", attn, loss_error, base_loss_error, grad_error, base_grad_error,
+                 "ok" if ok else "OUT OF TOLERANCE")
+    return out
+
+
 # ---------------------------------------------------------------- reporting
 
 def plots(results: dict, out: pathlib.Path) -> list[str]:
@@ -516,6 +583,22 @@ def markdown(results: dict) -> str:
                          f"{r.get('speedup_vs_fixed', float('nan')):.2f}x | "
                          f"{100 * r['padding_rate']:.1f}% | {mem} | {note} |")
         lines.append("")
+    sp = results.get("sample_parity", {})
+    lines += ["## Per-sample parity (one step, same weights, packed vs one by one)", ""]
+    if "one_by_one_bf16" in sp:
+        base = sp["one_by_one_bf16"]
+        lines += [f"{sp['samples']} samples, {sp['precision']}; errors against a float32 one-by-one "
+                  f"run (losses: max abs; gradients: max abs / largest). One by one in the same "
+                  f"precision: loss {base['loss_error']:.3g}, gradient {base['grad_error']:.3g}.", "",
+                  "| kernel | loss error | gradient error | within 2x / 3x of one-by-one |", "|---|---|---|---|"]
+        for name, r in sp.items():
+            if isinstance(r, dict) and "status" in r:
+                lines.append(f"| {name} | {r['loss_error']:.3g} | {r['grad_error']:.3g} | "
+                             f"{r['within_tolerance']} |" if r["status"] == "ok"
+                             else f"| {name} | {r['status']}: {r['reason']} | | |")
+    else:
+        lines.append(f"{sp.get('status')}: {sp.get('reason')}")
+    lines.append("")
     par = results.get("parity", {})
     lines += ["## Loss parity (packed vs padded, same steps, same initial weights)", ""]
     if par.get("status") == "ok":
@@ -567,6 +650,13 @@ def main(argv=None):
     results["benchmark"] = benchmark(args, preset, corpus, device)
     varlen = ("varpack" if varpack_available(device) is None else
               "torch_varlen" if torch_varlen_available(device) is None else None)
+    kernels = [name for name, why in (("varpack", varpack_available(device)),
+                                      ("torch_varlen", torch_varlen_available(device))) if why is None]
+    try:
+        results["sample_parity"] = sample_parity(args, preset, corpus, device, kernels)
+    except Exception as error:
+        log.exception("per-sample parity failed")
+        results["sample_parity"] = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
     if preset.parity_steps <= 0:
         results["parity"] = {"status": "skipped", "reason": "--parity-steps 0"}
     else:

@@ -46,6 +46,12 @@ def test_first_step_losses_agree_across_modes(train_results):
         assert max(first) - min(first) < 1e-4 * max(first)
 
 
+def test_packed_samples_match_one_by_one(train_results):
+    parity = json.loads((train_results / "results.json").read_text())["sample_parity"]
+    assert parity["varpack"]["status"] == "ok" and parity["varpack"]["within_tolerance"]
+    assert "torch_varlen" not in parity  # CUDA only: not run, not faked
+
+
 def test_parity_run_reaches_the_same_heldout_loss(train_results):
     parity = json.loads((train_results / "results.json").read_text())["parity"]
     assert parity["status"] == "ok" and parity["varlen_kernel"] == "varpack"
