@@ -130,7 +130,9 @@ def sdpa_context(device: torch.device):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     if device.type != "cuda":
         return sdpa_kernel([SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION])
-    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    # MATH last: only float32 reference runs (per-sample parity) need it.
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+             SDPBackend.MATH]
     if "set_priority" in inspect.signature(sdpa_kernel).parameters:
         return sdpa_kernel(order, set_priority=True)
     return sdpa_kernel(order)
