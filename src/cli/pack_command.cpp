@@ -112,7 +112,8 @@ int run_pack(const PackArgs& args) {
               args.input.c_str(), static_cast<long long>(s.rows),
               static_cast<long long>(s.capacity), std::string(to_string(options.algorithm)).c_str(),
               args.out.c_str(), std::string(to_string(format)).c_str());
-  std::printf("  lower bound %lld rows (+%lld); padding %.2f%% unpacked -> %.2f%% packed\n",
+  std::printf("  lower bound %lld rows (+%lld); padding %.2f%% unpacked (a row of L per sample) "
+              "-> %.2f%% in these rows\n",
               static_cast<long long>(s.lower_bound_rows),
               static_cast<long long>(s.gap_to_lower_bound()), 100 * s.padding_rate_unpacked,
               100 * s.padding_rate_packed);

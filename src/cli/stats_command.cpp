@@ -37,16 +37,16 @@ void print_histogram(const std::vector<int64_t>& lengths, int64_t max_length) {
 void print_strategy_table(const StrategyComparison& comparison) {
   const CostModel& model = comparison.model;
   std::printf("%-10s %10s %12s %10s %18s %16s\n", "strategy", "rows", "slots", "padding",
-              "predicted compute", "saving vs fixed");
+              "compute (model s)", "saving vs fixed");
   for (const StrategyCost& s : comparison.strategies) {
     std::printf("%-10s %10lld %12lld %9.2f%% %18.4g %15.2f%%   %s\n",
                 std::string(s.name).c_str(), static_cast<long long>(s.rows),
                 static_cast<long long>(s.slots), 100 * s.padding_rate, s.compute,
                 100 * s.saving_vs_fixed, std::string(s.description).c_str());
   }
-  std::printf("\ncost model: a sample (or padded row) of n tokens costs alpha*n + beta*n^2 with "
-              "alpha %.4g, beta %.4g (--alpha, --beta); packed rows use varlen attention, so "
-              "each sample pays its own n^2.\n",
+  std::printf("\nslots: tokens plus padding. cost model: a sample (or padded row) of n tokens "
+              "costs alpha*n + beta*n^2 seconds with alpha %.4g, beta %.4g (--alpha, --beta); "
+              "packed rows use varlen attention, so each sample pays its own n^2.\n",
               model.alpha, model.beta);
 }
 
