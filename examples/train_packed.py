@@ -585,7 +585,7 @@ def markdown(results: dict) -> str:
                          f"{r.get('speedup_vs_fixed', float('nan')):.2f}x | "
                          f"{100 * r['padding_rate']:.1f}% | {mem} | {note} |")
         lines.append("")
-    sp = results.get("sample_parity", {})
+    sp = results.get("sample_parity", {"status": "not run yet", "reason": "-"})
     lines += ["## Per-sample parity (one step, same weights, packed vs one by one)", ""]
     if "one_by_one_bf16" in sp:
         base = sp["one_by_one_bf16"]
@@ -601,7 +601,7 @@ def markdown(results: dict) -> str:
     else:
         lines.append(f"{sp.get('status')}: {sp.get('reason')}")
     lines.append("")
-    par = results.get("parity", {})
+    par = results.get("parity", {"status": "not run yet", "reason": "-"})
     lines += ["## Loss parity (packed vs padded, same steps, same initial weights)", ""]
     if par.get("status") == "ok":
         lines.append(f"{par['steps']} steps of {par['tokens_per_step']} tokens, model {par['model']} "
@@ -649,9 +649,15 @@ def main(argv=None):
         "command": " ".join(["python", *sys.argv]), "preset": args.preset,
         "tokens_per_step": preset.tokens_per_step, "warmup_steps": preset.warmup_steps,
         "timed_steps": preset.timed_steps}}
+
+    def save():
+        """Written after every phase: a run cut short by a time limit keeps what it measured."""
+        results["environment"]["seconds"] = time.time() - started
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        (args.out / "results.md").write_text(markdown(results))
+
     results["benchmark"] = benchmark(args, preset, corpus, device)
-    varlen = ("varpack" if varpack_available(device) is None else
-              "torch_varlen" if torch_varlen_available(device) is None else None)
+    save()
     kernels = [name for name, why in (("varpack", varpack_available(device)),
                                       ("torch_varlen", torch_varlen_available(device))) if why is None]
     try:
@@ -659,17 +665,16 @@ def main(argv=None):
     except Exception as error:
         log.exception("per-sample parity failed")
         results["sample_parity"] = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
+    save()
     if preset.parity_steps <= 0:
         results["parity"] = {"status": "skipped", "reason": "--parity-steps 0"}
     else:
-        try:
-            results["parity"] = parity(args, preset, corpus, device, varlen)
+        try:  # the varlen side: varpack's kernel, else torch's
+            results["parity"] = parity(args, preset, corpus, device, kernels[0] if kernels else None)
         except Exception as error:
             log.exception("parity run failed")
             results["parity"] = {"status": "failed", "reason": f"{type(error).__name__}: {error}"}
-    results["environment"]["seconds"] = time.time() - started
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    (args.out / "results.md").write_text(markdown(results))
+    save()
     try:
         written = plots(results, args.out)
     except Exception:  # the numbers are written already; a plot is a convenience
