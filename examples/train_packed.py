@@ -25,7 +25,6 @@ import argparse
 import inspect
 import json
 import logging
-import math
 import pathlib
 import sys
 import time
