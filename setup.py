@@ -6,7 +6,7 @@ import glob
 import os
 
 from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension, include_paths
 
 
 def sources(*patterns):
@@ -15,7 +15,10 @@ def sources(*patterns):
 
 core = sources("src/pack/*.cpp", "src/batch/*.cpp", "src/io/*.cpp",
                "src/attn/reference/*.cpp", "src/attn/cpu/*.cpp", "python/csrc/*.cpp")
-cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra"]
+# torch's headers as system headers (gcc then drops their -I twin): their own -Wextra warnings
+# would bury ours.
+torch_system_includes = [f"-isystem{p}" for p in include_paths()]
+cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra"] + torch_system_includes
 
 want_cuda = os.environ.get("VARPACK_CUDA", "auto")
 if want_cuda == "auto":

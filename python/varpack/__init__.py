@@ -1,15 +1,17 @@
 """varpack: padding-free transformer training.
 
 Sequence packing (plan rows from lengths, build packed batches) and variable-length attention
-(flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core.
+(flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core;
+a numpy reader of the packed binary format (PackedFile).
 """
 
 import torch  # noqa: F401  libtorch must be loaded before the extension that links against it
 
 from . import _C  # noqa: F401  the C++ core; loading it registers the torch.ops.varpack operators
 from .attention import flash_attn_varlen_func
+from .packed_file import PackedFile, PackedFileError, PackedRow
 from .packing import Plan, build_batch, plan
 
 __version__ = "0.1.0"
 
-__all__ = ["Plan", "build_batch", "flash_attn_varlen_func", "plan"]
+__all__ = ["PackedFile", "PackedFileError", "PackedRow", "Plan", "build_batch", "flash_attn_varlen_func", "plan"]
