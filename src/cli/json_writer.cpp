@@ -36,6 +36,12 @@ JsonObject& JsonObject::add(std::string_view k, int64_t value) {
   return *this;
 }
 
+JsonObject& JsonObject::add(std::string_view k, uint64_t value) {
+  key(k);
+  text_ += std::to_string(value);
+  return *this;
+}
+
 JsonObject& JsonObject::add(std::string_view k, double value) {
   key(k);
   if (!std::isfinite(value)) {

@@ -11,6 +11,7 @@ namespace varpack::cli {
 class JsonObject {
  public:
   JsonObject& add(std::string_view key, int64_t value);
+  JsonObject& add(std::string_view key, uint64_t value);
   JsonObject& add(std::string_view key, double value);  // non-finite values become null
   JsonObject& add(std::string_view key, std::string_view value);
   JsonObject& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }

@@ -84,7 +84,7 @@ int run_pack(const PackArgs& args) {
         .add("overlong", to_string(options.overlong))
         .add("capacity", s.capacity)
         .add("batch_size", options.batch_size)
-        .add("seed", static_cast<int64_t>(options.seed))
+        .add("seed", options.seed)
         .add("shuffle", options.shuffle_rows)
         .add("samples", s.samples)
         .add("tokens", s.tokens)

@@ -131,6 +131,7 @@ TEST(Cli, PackWritesJsonlBinaryAndReport) {
                   "report.json"}, dir);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find(cat("packed 500 samples (", std::to_string(tokens), " tokens)")), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");  // stderr is not a terminal here: no progress bar
   r = run({"pack", "in.jsonl", "-L", "1024", "-o", "out.bin"}, dir);
   ASSERT_EQ(r.status, 0) << r.err;
 
