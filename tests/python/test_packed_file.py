@@ -95,3 +95,36 @@ def test_reader_rejects_corrupt_files(tmp_path):
             packed_file.PackedFile(bad)
     with pytest.raises(IndexError):
         packed_file.PackedFile(binary).row(10**6)
+
+
+def write_per_format_doc(rows, capacity, num_samples):
+    """The binary file for packed JSONL rows, written from docs/FORMAT.md alone (rows of a packer
+    all have width `capacity`)."""
+    input_ids = np.array([t for r in rows for t in r["input_ids"]], "<i4")
+    labels = np.array([t for r in rows for t in r["labels"]], "<i4")
+    positions = np.array([t for r in rows for t in r["position_ids"]], "<i4")
+    pieces = np.array([s for r in rows for s in r["samples"]], "<i8").reshape(-1, 3)
+    cu_seqlens = np.concatenate([[0], np.cumsum(pieces[:, 2])]).astype("<i8")
+    row_offsets = np.concatenate([[0], np.cumsum([len(r["input_ids"]) for r in rows])]).astype("<i8")
+    row_pieces = np.concatenate([[0], np.cumsum([len(r["samples"]) for r in rows])]).astype("<i8")
+    row_width = np.full(len(rows), capacity, "<i8")
+    sections = [input_ids, labels, positions, cu_seqlens, row_offsets, row_pieces, pieces, row_width]
+    body, offsets, at = b"", [], 192
+    for s in sections:
+        pad = -at % 64
+        body += b"\0" * pad
+        offsets.append(at + pad)
+        body += s.tobytes()
+        at += pad + s.nbytes
+    header = b"VARPACKB" + np.array([1, 192], "<u4").tobytes()
+    header += np.array([capacity, num_samples, len(rows), len(pieces), len(input_ids),
+                        int(pieces[:, 2].max())], "<i8").tobytes()
+    header += np.array([at] + offsets, "<u8").tobytes()
+    return header + b"\0" * (192 - len(header)) + body
+
+
+@needs_cli
+def test_format_doc_describes_the_file_exactly(tmp_path):
+    jsonl, binary = pack(tmp_path, "--capacity", "700", "--overlong", "split")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert write_per_format_doc(rows, 700, 400) == binary.read_bytes()
