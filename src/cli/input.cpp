@@ -2,6 +2,7 @@
 #include "input.h"
 
 #include "progress.h"
+#include "varpack/error.h"
 #include "varpack/profiles.h"
 
 namespace varpack::cli {
@@ -17,9 +18,20 @@ std::vector<int64_t> profile_lengths(const std::string& input) {
   return generate_lengths(std::string_view(input).substr(kProfilePrefix.size()));
 }
 
+// The planner would reject the sample too, but only by its index; here we know its line.
+void check_length(const std::string& input, int64_t record, int64_t line, size_t length,
+                  int64_t max_length) {
+  if (max_length <= 0 || static_cast<int64_t>(length) <= max_length) return;
+  const std::string l = std::to_string(max_length);
+  throw Error(input + ":" + std::to_string(line) + ": sample " + std::to_string(record) + " has " +
+              std::to_string(length) + " tokens, more than the capacity " + l +
+              "; use --overlong truncate (keep its first " + l + ") or --overlong split (pieces " +
+              "of at most " + l + "), or a larger --capacity");
+}
+
 }  // namespace
 
-TokenStore load_samples(const std::string& input) {
+TokenStore load_samples(const std::string& input, int64_t max_length) {
   if (is_profile(input)) {
     TokenStore store;
     std::vector<int32_t> ids;
@@ -32,16 +44,26 @@ TokenStore load_samples(const std::string& input) {
     return store;
   }
   ProgressBar bar("reading " + input, "bytes");
-  return read_jsonl(input, bar.fn());
+  TokenStore store;
+  scan_jsonl(
+      input,
+      [&](int64_t record, int64_t line, std::span<const int32_t> ids,
+          std::span<const int32_t> labels) {
+        check_length(input, record, line, ids.size(), max_length);
+        store.add(ids, labels);
+      },
+      bar.fn());
+  return store;
 }
 
-std::vector<int64_t> load_lengths(const std::string& input) {
+std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length) {
   if (is_profile(input)) return profile_lengths(input);
   ProgressBar bar("reading " + input, "bytes");
   std::vector<int64_t> lengths;
   scan_jsonl(
       input,
-      [&](int64_t, int64_t, std::span<const int32_t> ids, std::span<const int32_t>) {
+      [&](int64_t record, int64_t line, std::span<const int32_t> ids, std::span<const int32_t>) {
+        check_length(input, record, line, ids.size(), max_length);
         lengths.push_back(static_cast<int64_t>(ids.size()));
       },
       bar.fn());

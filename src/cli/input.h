@@ -11,9 +11,11 @@
 namespace varpack::cli {
 
 // The samples of `input` (JSONL path or profile:NAME), with a progress bar while reading a file.
-TokenStore load_samples(const std::string& input);
+// `max_length` > 0 (the capacity, under --overlong error): a longer sample in a file stops the
+// read with an error naming its file and line and the options that would accept it.
+TokenStore load_samples(const std::string& input, int64_t max_length = 0);
 
 // Only the lengths of `input`'s samples: a file is scanned without keeping its tokens.
-std::vector<int64_t> load_lengths(const std::string& input);
+std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length = 0);
 
 }  // namespace varpack::cli

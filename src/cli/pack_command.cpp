@@ -49,7 +49,9 @@ int run_pack(const PackArgs& args) {
   if (!args.report.empty()) report.emplace(args.report);
 
   const auto start = Clock::now();
-  const TokenStore samples = load_samples(args.input);
+  const int64_t reject_longer_than =
+      options.overlong == OverlongPolicy::error ? options.capacity : 0;
+  const TokenStore samples = load_samples(args.input, reject_longer_than);
   const double read_seconds = seconds_since(start);
 
   const auto plan_start = Clock::now();

@@ -66,7 +66,8 @@ int run_stats(const StatsArgs& args) {
   model.alpha = args.alpha;
   model.beta = args.beta;
 
-  const std::vector<int64_t> lengths = load_lengths(args.input);
+  const std::vector<int64_t> lengths = load_lengths(
+      args.input, options.overlong == OverlongPolicy::error ? options.capacity : 0);
   StrategyComparison comparison;
   try {
     comparison = compare_strategies(lengths, options, model);
