@@ -75,8 +75,9 @@ VARPACK_ALWAYS_INLINE void probs_and_dscores(const AttentionBackwardParams& p, c
   constexpr int W = Simd<T>::width;
   const int64_t d = p.head_dim;
   tile_scores<T>(st, tanh_st, k, qt.qt.data(), d, mask, kn, static_cast<T>(p.softcap));
-  gemm<T>(dst, kBlockQ, v.row(0), v.row_stride, 1, qt.dot.data(), kBlockQ, kn, kBlockQ, d, false);  // dP^T
-  for (int v_i = 0; v_i < kBlockQ / W; ++v_i) {
+  gemm<T>(dst, kBlockQ, v.row(0), v.row_stride, 1, qt.dot.data(), kBlockQ, kn, mask.query_vectors * W, d,
+          false);  // dP^T
+  for (int v_i = 0; v_i < mask.query_vectors; ++v_i) {
     V lse, dsum;
     load<T>(lse, qt.lse + v_i * W);
     load<T>(dsum, qt.dsum + v_i * W);
@@ -114,9 +115,10 @@ VARPACK_ALWAYS_INLINE void recompute_lse(const AttentionBackwardParams& p, HeadR
   OnlineSoftmax<T> softmax;
   for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
     const int64_t kn = std::min<int64_t>(kBlockK, k_len - j0);
-    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.qt.data(), p.head_dim,
-                   TileMask<T>(keys, j0, kn), kn, static_cast<T>(p.softcap));
-    softmax.step(st.data(), kn);
+    const TileMask<T> mask(keys, j0, kn);
+    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.qt.data(), p.head_dim, mask, kn,
+                   static_cast<T>(p.softcap));
+    softmax.step(st.data(), kn, mask.query_vectors);
   }
   for (int64_t r = 0; r < keys.n; ++r) {
     const T l = softmax.sum_of(r);

@@ -26,7 +26,7 @@ VARPACK_ALWAYS_INLINE void forward_rows(HeadRows<const T> q, HeadRows<const T> k
     const int64_t kn = std::min<int64_t>(kBlockK, k_len - j0);
     const TileMask<T> mask(keys, j0, kn);
     tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.data(), d, mask, kn, softcap);
-    softmax.step(st.data(), kn);
+    softmax.step(st.data(), kn, mask.query_vectors);
     for (int64_t r = 0; r < rows; ++r) {
       if (softmax.alpha[r] == T(1)) continue;
       T* orow = o.data() + r * dp;

@@ -92,14 +92,16 @@ struct QueryTileKeys {
 
 // The visible keys of each query of a tile, relative to the key tile [j0, j0 + kn), as lane
 // vectors: query i sees local key j iff lo_i <= j < hi_i. Queries past the tile's rows see none.
+// Only the first query_vectors vectors hold real queries: a short sequence's tile computes no more.
 template <typename T>
 struct TileMask {
   static constexpr int W = Simd<T>::width;
   using I = typename Simd<T>::I;
   I lo[kBlockQ / W], hi[kBlockQ / W];
   bool all_visible = true;
+  int query_vectors;
 
-  TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn) {
+  TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn) : query_vectors(static_cast<int>((keys.n + W - 1) / W)) {
     for (int64_t i = 0; i < kBlockQ; ++i) {
       int64_t a = kBlockK, e = 0;
       if (i < keys.n) {
@@ -122,23 +124,24 @@ VARPACK_ALWAYS_INLINE void tile_scores(T* st, T* tanh_out, HeadRows<const T> k, 
   using V = typename Simd<T>::V;
   using I = typename Simd<T>::I;
   constexpr int W = Simd<T>::width;
-  gemm<T>(st, kBlockQ, k.row(0), k.row_stride, 1, qt, kBlockQ, kn, kBlockQ, d, false);
+  gemm<T>(st, kBlockQ, k.row(0), k.row_stride, 1, qt, kBlockQ, kn, mask.query_vectors * W, d, false);
   if (softcap > 0) {
     const T inv_cap = T(1) / softcap;
-    for (int64_t e = 0; e < kn * kBlockQ; e += W) {
-      V x;
-      load<T>(x, st + e);
-      x *= inv_cap;
-      tanh_in_place(x);
-      store<T>(tanh_out + e, x);
-      store<T>(st + e, softcap * x);
-    }
+    for (int64_t j = 0; j < kn; ++j)
+      for (int64_t e = j * kBlockQ; e < j * kBlockQ + mask.query_vectors * W; e += W) {
+        V x;
+        load<T>(x, st + e);
+        x *= inv_cap;
+        tanh_in_place(x);
+        store<T>(tanh_out + e, x);
+        store<T>(st + e, softcap * x);
+      }
   }
   if (mask.all_visible) return;
   const V minus_inf = V{} - std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < kn; ++j) {
     const I jv = I{} + static_cast<typename Simd<T>::Lane>(j);
-    for (int v = 0; v < kBlockQ / W; ++v) {
+    for (int v = 0; v < mask.query_vectors; ++v) {
       V x;
       load<T>(x, st + j * kBlockQ + v * W);
       x = (mask.lo[v] <= jv) & (jv < mask.hi[v]) ? x : minus_inf;
@@ -164,9 +167,9 @@ struct OnlineSoftmax {
     }
   }
 
-  VARPACK_ALWAYS_INLINE void step(T* st, int64_t kn) {
+  VARPACK_ALWAYS_INLINE void step(T* st, int64_t kn, int query_vectors) {
     const V minus_inf = V{} - std::numeric_limits<T>::infinity();
-    for (int v = 0; v < kBlockQ / W; ++v) {
+    for (int v = 0; v < query_vectors; ++v) {
       V tile_max = minus_inf;
       for (int64_t j = 0; j < kn; ++j) {
         V x;
