@@ -179,8 +179,14 @@ def main(argv=None):
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--preset", choices=sorted(SHAPES), default="h200")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--max-files", type=int, default=None, help="read only this many stdlib files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
+    with tp.cpu_threads(args.preset):
+        return run(args)
+
+
+def run(args):
     device = torch.device(args.device)
     shape, preset = SHAPES[args.preset], tp.PRESETS[args.preset]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -189,7 +195,7 @@ def main(argv=None):
     if not kernels:
         log.warning("no varlen kernel runs on %s: only the padded times are measured", device)
     times = {"attention": attention_alone(shape, kernels, device, dtype),
-             "step": whole_step(shape, preset, kernels, Corpus(), device)}
+             "step": whole_step(shape, preset, kernels, Corpus(max_files=args.max_files), device)}
     results = {
         "environment": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",

@@ -60,7 +60,8 @@ def test_parity_run_reaches_the_same_heldout_loss(train_results):
 
 def test_saving_curve_runs(tmp_path):
     import saving_curve
-    results = saving_curve.main(["--preset", "smoke", "--device", "cpu", "--out", str(tmp_path)])
+    results = saving_curve.main(["--preset", "smoke", "--device", "cpu", "--out", str(tmp_path),
+                                 "--max-files", "20"])
     assert set(results["savings"]["attention"]) == {"varpack"}
     assert set(results["savings"]["step"]["varpack"]) == set(saving_curve.PADDING_RATES)
     assert (tmp_path / "saving_curve.md").exists()
