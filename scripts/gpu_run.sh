@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine (the `run` tool): reports the machine, builds the standalone
 # CUDA library + test + benchmark (cmake -S src/attn/cuda) and the torch extension (in place), runs
-# the standalone test, compute-sanitizer memcheck and racecheck on a small case, the pytest GPU tests
-# and both benchmarks. Full logs go to $OUT (or ./gpu-out); a short table is printed last.
+# the standalone test, compute-sanitizer memcheck and racecheck on a small case, the pytest GPU
+# tests, both benchmarks, and optionally the tile-shape experiments and an ncu profile. Logs go to
+# $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
 # Carry .gpu-deps (simdjson header and library) for machines without libsimdjson.
-# Usage: scripts/gpu_run.sh [all|test|bench]   (default all)
+# Usage: scripts/gpu_run.sh [test] [bench] [tune] [profile]   (no argument: test bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-what=${1:-all}
+want=" ${*:-test bench} "
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 summary=()
-step() {  # step NAME TIMEOUT_S COMMAND...: runs with a time limit, logs to $out/NAME.log
-  local name=$1 limit=$2
-  shift 2
+step() {  # step LOG NAME TIMEOUT_S COMMAND...: runs with a time limit, appends to $out/LOG
+  local log=$out/$1 name=$2 limit=$3
+  shift 3
   local t0=$SECONDS
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  echo "==== $name: $*" >>"$log"
+  timeout "$limit" "$@" >"$out/.step" 2>&1
   local rc=$?
-  summary+=("$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" \
-               "$(grep -E 'PASSED|FAILED|passed|failed|ERROR SUMMARY|RACECHECK SUMMARY|error' \
-                  "$out/$name.log" | tail -1 | cut -c1-90)")")
+  cat "$out/.step" >>"$log"
+  summary+=("$(printf '%-18s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" \
+               "$(grep -E 'PASSED|FAILED|passed|failed|ERROR SUMMARY|RACECHECK SUMMARY|rror' \
+                  "$out/.step" | tail -1 | cut -c1-90)")")
+  rm -f "$out/.step"
   return $rc
 }
 
@@ -28,12 +32,8 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs with a time limit, logs to $out
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, \
 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
-  python3 -c "import torch.nn.attention.varlen as m, inspect; print('varlen_attn', \
-inspect.signature(m.varlen_attn))" 2>&1 | tail -1
   nvcc --version | tail -1
-  for h in /usr/include/simdjson.h /usr/local/include/simdjson.h; do [ -f $h ] && echo "simdjson: $h"; done
-  ldconfig -p | grep -q libsimdjson && echo "libsimdjson: in ldconfig" || echo "libsimdjson: missing"
-  command -v compute-sanitizer cuobjdump ncu
+  ldconfig -p | grep -q libsimdjson && echo "libsimdjson: installed" || echo "libsimdjson: missing"
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 if ! ldconfig -p | grep -q libsimdjson && [ -d .gpu-deps ]; then
@@ -42,38 +42,52 @@ if ! ldconfig -p | grep -q libsimdjson && [ -d .gpu-deps ]; then
   export LD_LIBRARY_PATH=$PWD/.gpu-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 
-# Standalone library, test and benchmark, and the torch extension: built side by side.
+# Standalone library, test, benchmark (and experiments) next to the torch extension.
+experiments=OFF
+[[ $want == *" tune "* ]] && experiments=ON
 (cmake -S src/attn/cuda -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
-       -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
-   cmake --build build-gpu -j 8 -- -v) >"$out/build_standalone.log" 2>&1 &
+   -DVARPACK_CUDA_EXPERIMENTS=$experiments -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
+   cmake --build build-gpu -j 8) >"$out/build.log" 2>&1 &
 build_pid=$!
-MAX_JOBS=8 step build_torch_ext 420 python3 setup.py build_ext --inplace
+MAX_JOBS=8 step build_torch.log build_torch_ext 420 python3 setup.py build_ext --inplace
 wait $build_pid
-summary+=("$(printf '%-22s rc=%-3s' build_standalone $?)")
-[ -x build-gpu/test_attention_cuda ] &&
-  cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
+summary+=("$(printf '%-18s rc=%-3s' build_standalone $?)")
+cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
   awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /LDSM/ {l[f]++} /LDL|STL/ {s[f]++}
        END {for (k in h) printf "%s HMMA %d LDSM %d local %d\n", k, h[k], l[k], s[k]}' \
-  >"$out/sass_summary.txt"
+  >>"$out/build.log"
 
-if [ "$what" != bench ]; then
+if [[ $want == *" test "* ]]; then
   if [ -x build-gpu/test_attention_cuda ]; then
-    step standalone_test 120 build-gpu/test_attention_cuda
-    step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2
-    step racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 1
+    step tests.log standalone_test 120 build-gpu/test_attention_cuda
+    step tests.log memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      build-gpu/test_attention_cuda 1 2
+    step tests.log racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      build-gpu/test_attention_cuda 1 1
   fi
-  PYTHONPATH=$PWD/python step pytest 300 python3 -m pytest -q -ra tests/python/test_cuda_attention.py
+  PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
+    tests/python/test_cuda_attention.py
 fi
-if [ "$what" != test ]; then
-  [ -x build-gpu/bench_attention_cuda ] && step bench_standalone 120 build-gpu/bench_attention_cuda 20
-  PYTHONPATH=$PWD/python step bench_peers 420 python3 bench/cuda/bench_attention_gpu.py \
-    --out "$out/bench_peers.md"
+if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
+  step bench.log tile_shapes 200 build-gpu/tile_shapes 10
+fi
+if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
+  for kernel in forward_kernel dkdv_kernel dq_kernel; do
+    step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section ComputeWorkloadAnalysis build-gpu/bench_attention_cuda 3 1
+  done
+fi
+if [[ $want == *" bench "* ]]; then
+  [ -x build-gpu/bench_attention_cuda ] &&
+    step bench.log bench_standalone 120 build-gpu/bench_attention_cuda 20
+  PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
+    bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
 fi
 
 echo "==== logs in $out"
-for f in standalone_test pytest; do
-  [ -f "$out/$f.log" ] && grep -E "^(FAIL|FAILED|ERROR)" "$out/$f.log" | head -12
-done
-[ -f "$out/bench_standalone.log" ] && cat "$out/bench_standalone.log"
+[ -f "$out/tests.log" ] && grep -E "^(FAIL|FAILED|ERROR)" "$out/tests.log" | head -12
+[ -f "$out/bench.log" ] && grep -A12 "==== bench_standalone" "$out/bench.log"
 [ -f "$out/bench_peers.md" ] && cat "$out/bench_peers.md"
 printf '%s\n' "${summary[@]}"

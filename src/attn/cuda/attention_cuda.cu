@@ -55,6 +55,8 @@ void check_attention_params_cuda(const AttentionParams& p) {
   require(p.batch == 0 || (p.cu_seqlens_q != nullptr && p.cu_seqlens_k != nullptr),
           "cu_seqlens_q and cu_seqlens_k must be device pointers");
   require(p.softcap >= 0.f, "softcap must be >= 0 (0 disables it)");
+  // The kernels take the row maximum before scaling (one multiply fewer per score).
+  require(p.softmax_scale > 0.f, "softmax_scale must be > 0");
   check_tensor("q", p.q, p.q_row_stride, p.q_head_stride);
   check_tensor("k", p.k, p.k_row_stride, p.k_head_stride);
   check_tensor("v", p.v, p.v_row_stride, p.v_head_stride);

@@ -21,35 +21,52 @@
 
 namespace varpack::cuda {
 
-template <int D>
-struct BackwardConfig {
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  // dK/dV pass: 64 keys per block (16 per warp), query tiles of 32.
-  static constexpr int kKeysPerBlock = kWarps * 16;
-  static constexpr int kQueryStep = 32;
+// dK/dV pass: kWarps warps x 16 keys per block, query tiles of kQueryStep.
+template <int D, int Warps, int QueryStep>
+struct DkdvTile {
+  static constexpr int kD = D;
+  static constexpr int kWarps = Warps;
+  static constexpr int kThreads = Warps * 32;
+  static constexpr int kKeysPerBlock = Warps * 16;
+  static constexpr int kQueryStep = QueryStep;
   static constexpr int kKeyTileBytes = kKeysPerBlock * D * 2;
   static constexpr int kQueryTileBytes = kQueryStep * D * 2;
-  static constexpr int kDkdvSmemBytes =
+  static constexpr int kSmemBytes =
       2 * kKeyTileBytes + 4 * kQueryTileBytes + 4 * kQueryStep * 4;  // K, V, Q x2, dO x2, stats
-  // dQ pass: 64 queries per block (16 per warp), key tiles of 32.
-  static constexpr int kQueriesPerBlock = kWarps * 16;
-  static constexpr int kKeyStep = 32;
-  static constexpr int kQBlockBytes = kQueriesPerBlock * D * 2;
-  static constexpr int kKeyStepBytes = kKeyStep * D * 2;
-  static constexpr int kDqSmemBytes = 2 * kQBlockBytes + 4 * kKeyStepBytes;  // Q, dO, K x2, V x2
 };
 
-// x = the scaled (and capped) score, natural-log domain; dxds = dx / d(q.k).
-__device__ __forceinline__ void score_and_slope(float s, float scale, float softcap, float& x,
-                                                float& dxds) {
-  if (softcap > 0.f) {
+// dQ pass: kWarps warps x 16 queries per block, key tiles of kKeyStep.
+template <int D, int Warps, int KeyStep>
+struct DqTile {
+  static constexpr int kD = D;
+  static constexpr int kWarps = Warps;
+  static constexpr int kThreads = Warps * 32;
+  static constexpr int kQueriesPerBlock = Warps * 16;
+  static constexpr int kKeyStep = KeyStep;
+  static constexpr int kQBlockBytes = kQueriesPerBlock * D * 2;
+  static constexpr int kKeyStepBytes = kKeyStep * D * 2;
+  static constexpr int kSmemBytes = 2 * kQBlockBytes + 4 * kKeyStepBytes;  // Q, dO, K x2, V x2
+};
+
+// The shapes each head dim is compiled with (see docs/BENCHMARKS.md for the measurements).
+template <int D>
+struct DkdvConfig : DkdvTile<D, 4, 32> {};
+template <int D>
+struct DqConfig : DqTile<D, 4, 32> {};
+
+// As in the forward, P = exp2(raw * c - lse * log2(e)) with raw = q.k and c = scale * log2(e), or
+// raw = softcap * tanh(scale * q.k / softcap) and c = log2(e). slope = d(score) / d(q.k) / scale:
+// 1, or 1 - tanh^2 with softcap; the common factor `scale` is applied once to dK and dQ at the end.
+template <bool kSoftcap>
+__device__ __forceinline__ void raw_and_slope(float s, float scale, float softcap, float& raw,
+                                              float& slope) {
+  if constexpr (kSoftcap) {
     const float t = fast_tanh(s * scale / softcap);
-    x = softcap * t;
-    dxds = scale * (1.f - t * t);
+    raw = softcap * t;
+    slope = 1.f - t * t;
   } else {
-    x = s * scale;
-    dxds = scale;
+    raw = s;
+    slope = 1.f;
   }
 }
 
@@ -73,10 +90,10 @@ __global__ void delta_kernel(const AttentionBackwardParams p, float* delta) {
   if (lane == 0) delta[h * p.total_q + row] = acc;
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads)
     dkdv_kernel(const AttentionBackwardParams p, const float* delta, int64_t slots) {
-  using Cfg = BackwardConfig<D>;
+  constexpr int D = Cfg::kD;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -137,6 +154,7 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
+  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
 
   // K and V rows are this warp's A operands; Q and dO tiles are B operands, plain for S^T and dP^T
   // and transposed for dK and dV.
@@ -189,14 +207,23 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
 
     const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                                          p.window_right);
+    // This thread's query columns: their lse (log2 domain) and delta, read once per tile.
+    float lse2[kBM / 8][2], dl[kBM / 8][2];
+#pragma unroll
+    for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        lse2[i][e] = lse[i * 8 + 2 * qd + e] * kLog2e;
+        dl[i][e] = dlt[i * 8 + 2 * qd + e];
+      }
 #pragma unroll
     for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = i * 8 + 2 * qd + (c & 1);  // query inside the tile
-        float x, dxds;
-        score_and_slope(st[i][c], p.softmax_scale, p.softcap, x, dxds);
-        float pr = fast_exp2((x - lse[col]) * kLog2e);
+        float raw, slope;
+        raw_and_slope<kSoftcap>(st[i][c], p.softmax_scale, p.softcap, raw, slope);
+        float pr = fast_exp2(fmaf(raw, c_log2, -lse2[i][c & 1]));
         if (!full) {
           const int64_t qi = m0 + col;
           const int64_t kj = n0 + warp * 16 + g + 8 * (c / 2);
@@ -205,7 +232,8 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
           if (!visible) pr = 0.f;
         }
         st[i][c] = pr;
-        dpt[i][c] = pr * (dpt[i][c] - dlt[col]) * dxds;
+        dpt[i][c] = kSoftcap ? pr * (dpt[i][c] - dl[i][c & 1]) * slope
+                             : pr * (dpt[i][c] - dl[i][c & 1]);
       }
 
     // dV += P^T dO and dK += dS^T Q: the accumulators are A fragments over the query dimension.
@@ -243,17 +271,17 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {
       *reinterpret_cast<uint32_t*>(dkp + j * p.dk_row_stride + dn * 8 + 2 * qd) =
-          Mma<T>::pack(dk[dn][2 * r], dk[dn][2 * r + 1]);
+          Mma<T>::pack(dk[dn][2 * r] * p.softmax_scale, dk[dn][2 * r + 1] * p.softmax_scale);
       *reinterpret_cast<uint32_t*>(dvp + j * p.dv_row_stride + dn * 8 + 2 * qd) =
           Mma<T>::pack(dv[dn][2 * r], dv[dn][2 * r + 1]);
     }
   }
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads)
     dq_kernel(const AttentionBackwardParams p, const float* delta, int64_t slots) {
-  using Cfg = BackwardConfig<D>;
+  constexpr int D = Cfg::kD;
   constexpr int kBM = Cfg::kQueriesPerBlock;
   constexpr int kBN = Cfg::kKeyStep;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -294,18 +322,19 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
+  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
 
   // This thread's two query rows: their lse, delta and visible key ranges.
   float lse_log2[2], dlt[2];
-  int64_t kb[2], ke[2];
+  int kb[2], ke[2];  // positions inside one sequence fit in int32, as cu_seqlens do
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = m0 + warp * 16 + g + 8 * r;
     const bool valid = i < seq.q_len;
     lse_log2[r] = valid ? p.lse[h * p.lse_head_stride + seq.q_begin + i] * kLog2e : 0.f;
     dlt[r] = valid ? delta[h * p.total_q + seq.q_begin + i] : 0.f;
-    kb[r] = seq.key_begin(i, p.window_left);
-    ke[r] = valid ? seq.key_end(i, p.causal, p.window_right) : 0;
+    kb[r] = static_cast<int>(seq.key_begin(i, p.window_left));
+    ke[r] = valid ? static_cast<int>(seq.key_end(i, p.causal, p.window_right)) : 0;
   }
 
   cp_async_wait<1>();
@@ -369,14 +398,14 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int r = c / 2;
-        float x, dxds;
-        score_and_slope(s[i][c], p.softmax_scale, p.softcap, x, dxds);
-        float pr = fast_exp2(x * kLog2e - lse_log2[r]);
+        float raw, slope;
+        raw_and_slope<kSoftcap>(s[i][c], p.softmax_scale, p.softcap, raw, slope);
+        float pr = fast_exp2(fmaf(raw, c_log2, -lse_log2[r]));
         if (!full) {
-          const int64_t j = n0 + i * 8 + 2 * qd + (c & 1);
+          const int j = static_cast<int>(n0) + i * 8 + 2 * qd + (c & 1);
           if (j < kb[r] || j >= ke[r]) pr = 0.f;
         }
-        dp[i][c] = pr * (dp[i][c] - dlt[r]) * dxds;
+        dp[i][c] = kSoftcap ? pr * (dp[i][c] - dlt[r]) * slope : pr * (dp[i][c] - dlt[r]);
       }
 
     // dQ += dS K, with K read transposed (B[key][d]).
@@ -406,14 +435,29 @@ __global__ void __launch_bounds__(BackwardConfig<D>::kThreads)
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn)
       *reinterpret_cast<uint32_t*>(dqp + i * p.dq_row_stride + dn * 8 + 2 * qd) =
-          Mma<T>::pack(dq[dn][2 * r], dq[dn][2 * r + 1]);
+          Mma<T>::pack(dq[dn][2 * r] * p.softmax_scale, dq[dn][2 * r + 1] * p.softmax_scale);
   }
 }
 
-template <class T, int D>
+template <class T, class Cfg, bool kSoftcap, class Kernel>
+void launch_backward_pass(Kernel kernel, const AttentionBackwardParams& p, const float* delta,
+                          int64_t slots, int heads, const char* what, cudaStream_t stream) {
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr != cudaSuccess)
+    throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
+                cudaGetErrorString(attr));
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(heads));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, delta, slots);
+  check_launch(what);
+}
+
+// Backward with explicit tile shapes (the experiments build several; the library one).
 // workspace: Delta, [heads, total_q] fp32 (attention_backward_workspace_bytes_cuda).
-void launch_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
-  using Cfg = BackwardConfig<D>;
+template <class T, class Dkdv, class Dq>
+void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+  static_assert(Dkdv::kD == Dq::kD, "both passes use one head dim");
+  constexpr int D = Dkdv::kD;
   float* delta = static_cast<float*>(workspace);
   const int64_t warps = p.total_q * p.heads;
   if (warps > 0) {
@@ -421,30 +465,30 @@ void launch_backward(const AttentionBackwardParams& p, void* workspace, cudaStre
     delta_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, delta);
     check_launch("the backward delta kernel");
   }
-
-  const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
+  const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
+  const int64_t query_slots = slot_count(p.total_q, p.batch, Dq::kQueriesPerBlock);
+  const bool softcap = p.softcap > 0.f;
   if (key_slots > 0 && p.kv_heads > 0) {
-    const cudaError_t attr = cudaFuncSetAttribute(
-        dkdv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kDkdvSmemBytes);
-    if (attr != cudaSuccess)
-      throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
-                  cudaGetErrorString(attr));
-    const dim3 grid(static_cast<unsigned>(key_slots), static_cast<unsigned>(p.kv_heads));
-    dkdv_kernel<T, D><<<grid, Cfg::kThreads, Cfg::kDkdvSmemBytes, stream>>>(p, delta, key_slots);
-    check_launch("the backward dK/dV kernel");
+    if (softcap)
+      launch_backward_pass<T, Dkdv, true>(dkdv_kernel<T, Dkdv, true>, p, delta, key_slots,
+                                          p.kv_heads, "the backward dK/dV kernel", stream);
+    else
+      launch_backward_pass<T, Dkdv, false>(dkdv_kernel<T, Dkdv, false>, p, delta, key_slots,
+                                           p.kv_heads, "the backward dK/dV kernel", stream);
   }
-
-  const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueriesPerBlock);
   if (query_slots > 0 && p.heads > 0) {
-    const cudaError_t attr = cudaFuncSetAttribute(
-        dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kDqSmemBytes);
-    if (attr != cudaSuccess)
-      throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
-                  cudaGetErrorString(attr));
-    const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
-    dq_kernel<T, D><<<grid, Cfg::kThreads, Cfg::kDqSmemBytes, stream>>>(p, delta, query_slots);
-    check_launch("the backward dQ kernel");
+    if (softcap)
+      launch_backward_pass<T, Dq, true>(dq_kernel<T, Dq, true>, p, delta, query_slots, p.heads,
+                                        "the backward dQ kernel", stream);
+    else
+      launch_backward_pass<T, Dq, false>(dq_kernel<T, Dq, false>, p, delta, query_slots, p.heads,
+                                         "the backward dQ kernel", stream);
   }
+}
+
+template <class T, int D>
+void launch_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+  launch_backward_with<T, DkdvConfig<D>, DqConfig<D>>(p, workspace, stream);
 }
 
 }  // namespace varpack::cuda

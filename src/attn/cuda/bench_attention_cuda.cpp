@@ -2,7 +2,7 @@
 // comparison with torch's kernels is bench/cuda/bench_attention_gpu.py). bf16, 16 heads x 128,
 // causal, 64k tokens per call: equal lengths 1k, 4k, 16k and 16 rows of 4096 at several padding
 // rates. Median of CUDA-event timings; useful TFLOP/s = 4*H*D*sum(len^2)/2 (backward 2.5x that).
-// Run: ./bench_attention_cuda [repeats]
+// Run: ./bench_attention_cuda [repeats [point index]] (one point: for profiling under ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (argc > 2) {
+    const size_t only = static_cast<size_t>(std::atoi(argv[2]));
+    points = {points.at(std::min(only, points.size() - 1))};
+  }
   std::printf("%-20s %8s %10s %10s %10s %10s\n", "case", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
               "bwd TF/s");
   for (const Point& pt : points) {

@@ -21,31 +21,46 @@ namespace varpack::cuda {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D>
-struct ForwardConfig {
-  // 4 warps x 16 rows and 64-key tiles: 80 KB of shared memory at D = 128, two blocks per SM.
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = kWarps * 16;
-  static constexpr int kBlockN = 64;
+// Tile shape of the forward kernel: kWarps warps, each owning kRowTiles x 16 query rows, and
+// kBlockN keys per K/V tile. With one row tile per warp Q stays in registers; with two, each K/V
+// fragment read from shared memory feeds two tensor-core instructions and Q is re-read from
+// shared memory instead (registers hold two rows' worth of scores and outputs).
+template <int D, int Warps, int RowTiles, int BlockN>
+struct ForwardTile {
+  static constexpr int kD = D;
+  static constexpr int kWarps = Warps;
+  static constexpr int kRowTiles = RowTiles;
+  static constexpr int kThreads = Warps * 32;
+  static constexpr int kBlockM = Warps * 16 * RowTiles;
+  static constexpr int kBlockN = BlockN;
+  static constexpr bool kQInRegisters = RowTiles == 1;
   static constexpr int kTileBytesM = kBlockM * D * 2;
   static constexpr int kTileBytesN = kBlockN * D * 2;
   static constexpr int kSmemBytes = kTileBytesM + 4 * kTileBytesN;  // Q, K x2, V x2
+  static_assert(BlockN % 16 == 0 && RowTiles >= 1, "key tiles are multiples of 16");
 };
 
-// Scaled score in the log2 domain: softcap * tanh(scale * s / softcap) * log2(e), or
-// scale * s * log2(e) without softcap.
-__device__ __forceinline__ float score_log2(float s, float scale, float softcap) {
-  if (softcap > 0.f) return softcap * fast_tanh(s * scale / softcap) * kLog2e;
-  return s * scale * kLog2e;
+// The shape each head dim is compiled with (see docs/BENCHMARKS.md for the measurements).
+template <int D>
+struct ForwardConfig : ForwardTile<D, 4, 1, 64> {};
+
+// The softmax runs on "raw" scores r with probabilities exp2(r * c - max * c): without softcap r is
+// q.k itself and c = scale * log2(e), so the scale costs nothing (one FFMA per element, as the
+// exp2 needs a subtraction anyway; it needs scale > 0, checked on the host); with softcap,
+// r = softcap * tanh(scale * q.k / softcap) and c = log2(e).
+template <bool kSoftcap>
+__device__ __forceinline__ float raw_score(float s, float scale, float softcap) {
+  if constexpr (kSoftcap) return softcap * fast_tanh(s * scale / softcap);
+  return s;
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(ForwardConfig<D>::kThreads)
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads)
     forward_kernel(const AttentionParams p, int64_t slots) {
-  using Cfg = ForwardConfig<D>;
+  constexpr int D = Cfg::kD;
   constexpr int kBM = Cfg::kBlockM;
   constexpr int kBN = Cfg::kBlockN;
+  constexpr int RT = Cfg::kRowTiles;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const TileSlot slot = find_slot<kBM>(p.cu_seqlens_q, p.batch, slots);
@@ -78,14 +93,15 @@ __global__ void __launch_bounds__(ForwardConfig<D>::kThreads)
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int g = lane / 4;  // accumulator row (and row + 8)
+  const int g = lane / 4;   // accumulator row (and row + 8)
   const int qd = lane % 4;  // accumulator column pair
+  const int warp_row = warp * 16 * RT;
 
   cp_async_wait<1>();
   __syncthreads();
-  uint32_t qf[D / 16][4];
-  {
-    const FragAddress<D> qa(sQ, warp * 16 + (lane & 15), lane >> 4);
+  const FragAddress<D> qa(sQ, warp_row + (lane & 15), lane >> 4);
+  uint32_t qf[Cfg::kQInRegisters ? D / 16 : 1][4];
+  if constexpr (Cfg::kQInRegisters) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], qa.at(kk, 0));
   }
@@ -93,20 +109,26 @@ __global__ void __launch_bounds__(ForwardConfig<D>::kThreads)
   const FragAddress<D> ka(sK, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const FragAddress<D> va(sV, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
-  float o[D / 8][4];
+  float o[RT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; reduced over the quad at the end
-
-  // Rows of this thread and their visible key ranges (only used on tiles that need the mask).
-  int64_t kb[2], ke[2];
+  for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = m0 + warp * 16 + g + 8 * r;
-    kb[r] = seq.key_begin(i, p.window_left);
-    ke[r] = i < seq.q_len ? seq.key_end(i, p.causal, p.window_right) : 0;
-  }
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  float row_max[RT][2], row_sum[RT][2];  // row sums are per thread; reduced over the quad at the end
+  // Visible keys of this thread's rows, relative to the sequence (cu_seqlens are int32, so are
+  // positions inside one sequence).
+  int kb[RT][2], ke[RT][2];
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[mt][r] = -INFINITY;
+      row_sum[mt][r] = 0.f;
+      const int64_t i = m0 + warp_row + mt * 16 + g + 8 * r;
+      kb[mt][r] = static_cast<int>(seq.key_begin(i, p.window_left));
+      ke[mt][r] = i < seq.q_len ? static_cast<int>(seq.key_end(i, p.causal, p.window_right)) : 0;
+    }
 
   for (int t = 0; t < num_tiles; ++t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
@@ -120,79 +142,111 @@ __global__ void __launch_bounds__(ForwardConfig<D>::kThreads)
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-
     const uint32_t buf = (t & 1) * Cfg::kTileBytesN;
 
-    float s[kBN / 8][4];
+    float s[RT][kBN / 8][4];
 #pragma unroll
-    for (int i = 0; i < kBN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mt = 0; mt < RT; ++mt)
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[RT][4];
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+        if constexpr (Cfg::kQInRegisters) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) a[mt][c] = qf[kk][c];
+        } else {
+          ldmatrix_x4(a[mt], qa.at(kk, 2 * mt));
+        }
+      }
 #pragma unroll
       for (int np = 0; np < kBN / 16; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, ka.at(kk, 2 * np) + buf);
-        Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
-        Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < RT; ++mt) {
+          Mma<T>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+          Mma<T>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
+    if constexpr (kSoftcap) {
 #pragma unroll
-    for (int i = 0; i < kBN / 8; ++i)
+      for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) s[i][c] = score_log2(s[i][c], p.softmax_scale, p.softcap);
+        for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            s[mt][i][c] = raw_score<kSoftcap>(s[mt][i][c], p.softmax_scale, p.softcap);
+    }
 
     if (!tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                             p.window_right)) {
+      const int j0 = static_cast<int>(n0) + 2 * qd;
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i)
+      for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int r = c / 2;
-          const int64_t j = n0 + i * 8 + 2 * qd + (c & 1);
-          if (j < kb[r] || j >= ke[r]) s[i][c] = -INFINITY;
-        }
+        for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int r = c / 2;
+            const int j = j0 + i * 8 + (c & 1);
+            if (j < kb[mt][r] || j >= ke[mt][r]) s[mt][i][c] = -INFINITY;
+          }
     }
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[i][2 * r], s[i][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx);
-      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = fast_exp2(row_max[r] - m_use);
-      row_max[r] = m_new;
-      row_sum[r] *= alpha;
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[i][2 * r] *= alpha;
-        o[i][2 * r + 1] *= alpha;
+        for (int i = 0; i < kBN / 8; ++i)
+          mx = fmaxf(mx, fmaxf(s[mt][i][2 * r], s[mt][i][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(row_max[mt][r], mx);
+        // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+        const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+        const float alpha = fast_exp2(row_max[mt][r] * c_log2 - m_use);
+        row_max[mt][r] = m_new;
+        row_sum[mt][r] *= alpha;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[mt][i][2 * r] *= alpha;
+          o[mt][i][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int i = 0; i < kBN / 8; ++i) {
+          s[mt][i][2 * r] = fast_exp2(fmaf(s[mt][i][2 * r], c_log2, -m_use));
+          s[mt][i][2 * r + 1] = fast_exp2(fmaf(s[mt][i][2 * r + 1], c_log2, -m_use));
+          row_sum[mt][r] += s[mt][i][2 * r] + s[mt][i][2 * r + 1];
+        }
       }
-#pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
-        s[i][2 * r] = fast_exp2(s[i][2 * r] - m_use);
-        s[i][2 * r + 1] = fast_exp2(s[i][2 * r + 1] - m_use);
-        row_sum[r] += s[i][2 * r] + s[i][2 * r + 1];
-      }
-    }
 
     // The m16n8 accumulator layout of two adjacent key octets is the A-fragment layout of one
     // 16-key step, so P goes from registers straight into the P.V product.
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t a[4] = {Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                             Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                             Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[RT][4];
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+        a[mt][0] = Mma<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = Mma<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = Mma<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = Mma<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, va.at(dp, 2 * kk) + buf);
-        Mma<T>::run(o[2 * dp], a, b[0], b[1]);
-        Mma<T>::run(o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < RT; ++mt) {
+          Mma<T>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+          Mma<T>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with buffer t & 1 before iteration t + 1 refills it
@@ -201,22 +255,24 @@ __global__ void __launch_bounds__(ForwardConfig<D>::kThreads)
 
   T* out = static_cast<T*>(p.out) + seq.q_begin * p.out_row_stride + h * p.out_head_stride;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int64_t i = m0 + warp * 16 + g + 8 * r;
-    if (i >= seq.q_len) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* row = out + i * p.out_row_stride;
+  for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(row + dn * 8 + 2 * qd) =
-          Mma<T>::pack(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
-    if (qd == 0 && p.lse != nullptr)
-      p.lse[h * p.lse_head_stride + seq.q_begin + i] =
-          sum > 0.f ? (row_max[r] + log2f(sum)) * kLn2 : INFINITY;
-  }
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int64_t i = m0 + warp_row + mt * 16 + g + 8 * r;
+      if (i >= seq.q_len) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      T* row = out + i * p.out_row_stride;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<uint32_t*>(row + dn * 8 + 2 * qd) =
+            Mma<T>::pack(o[mt][dn][2 * r] * inv, o[mt][dn][2 * r + 1] * inv);
+      if (qd == 0 && p.lse != nullptr)
+        p.lse[h * p.lse_head_stride + seq.q_begin + i] =
+            sum > 0.f ? (row_max[mt][r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+    }
 }
 
 inline void check_launch(const char* what) {
@@ -226,20 +282,32 @@ inline void check_launch(const char* what) {
                 cudaGetErrorString(err));
 }
 
-template <class T, int D>
-void launch_forward(const AttentionParams& p, cudaStream_t stream) {
-  using Cfg = ForwardConfig<D>;
-  const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
-  if (slots <= 0 || p.heads <= 0) return;
+template <class T, class Cfg, bool kSoftcap>
+void launch_forward_kernel(const AttentionParams& p, int64_t slots, cudaStream_t stream) {
+  const auto kernel = forward_kernel<T, Cfg, kSoftcap>;
   // Set on every launch (a few microseconds): the attribute is per device.
-  const cudaError_t attr = cudaFuncSetAttribute(
-      forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (attr != cudaSuccess)
     throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
                 cudaGetErrorString(attr));
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads));
-  forward_kernel<T, D><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, slots);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, slots);
   check_launch("the forward kernel");
+}
+
+// Forward with an explicit tile shape (the experiments build several; the library one).
+template <class T, class Cfg>
+void launch_forward_with(const AttentionParams& p, cudaStream_t stream) {
+  const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
+  if (slots <= 0 || p.heads <= 0) return;
+  if (p.softcap > 0.f) launch_forward_kernel<T, Cfg, true>(p, slots, stream);
+  else launch_forward_kernel<T, Cfg, false>(p, slots, stream);
+}
+
+template <class T, int D>
+void launch_forward(const AttentionParams& p, cudaStream_t stream) {
+  launch_forward_with<T, ForwardConfig<D>>(p, stream);
 }
 
 }  // namespace varpack::cuda
