@@ -3,6 +3,8 @@
 // sequence is written, no sample leaks into another, and results do not depend on threads.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -251,6 +253,31 @@ TEST(AttentionCpu, DeterministicAcrossRunsAndThreadCounts) {
     EXPECT_TRUE(same_bits(o.dq.data, first.dq.data)) << threads << " threads";
     EXPECT_TRUE(same_bits(o.dk.data, first.dk.data)) << threads << " threads";
     EXPECT_TRUE(same_bits(o.dv.data, first.dv.data)) << threads << " threads";
+  }
+}
+
+// Random shapes, lengths and masks: VARPACK_ATTN_FUZZ=N runs N cases (default 12, for CI time).
+TEST(AttentionCpu, RandomConfigurations) {
+  const char* env = std::getenv("VARPACK_ATTN_FUZZ");
+  const int cases = env != nullptr ? std::atoi(env) : 12;
+  std::mt19937 rng(2024);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int c = 0; c < cases; ++c) {
+    Shape s;
+    const int batch = pick(1, 6);
+    for (int b = 0; b < batch; ++b) {
+      s.q_lens.push_back(pick(0, 3) == 0 ? pick(0, 2) : pick(0, 150));
+      s.k_lens.push_back(pick(0, 2) == 0 ? s.q_lens.back() : pick(0, 150));
+    }
+    s.kv_heads = pick(1, 3);
+    s.heads = s.kv_heads * pick(1, 4);
+    s.head_dim = pick(1, 80);
+    s.causal = pick(0, 1) == 1;
+    s.window_left = pick(0, 2) == 0 ? pick(0, 40) : -1;
+    s.window_right = pick(0, 2) == 0 ? pick(0, 40) : -1;
+    s.softcap = pick(0, 3) == 0 ? 0.5f * pick(1, 20) : 0;
+    s.stride_gap = pick(0, 1) * pick(1, 7);
+    check_against_reference<float>(s, 1000 + c, pick(1, 3));
   }
 }
 
