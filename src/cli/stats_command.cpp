@@ -18,16 +18,44 @@ namespace {
 constexpr int64_t kHistogramBins = 16;
 constexpr int kBarWidth = 40;
 
-void print_histogram(const std::vector<int64_t>& lengths, int64_t max_length) {
-  const int64_t width = std::max<int64_t>(1, (max_length + kHistogramBins) / kHistogramBins);
-  std::vector<int64_t> counts(static_cast<size_t>(max_length / width + 1), 0);
-  for (const int64_t n : lengths) ++counts[static_cast<size_t>(n / width)];
+// Bin edges for sorted lengths: about kHistogramBins bins of a round width (1, 2 or 5 times a
+// power of ten), or, when the longest is far beyond the median (a long tail would fill one
+// linear bin), bins doubling in width.
+std::vector<int64_t> histogram_edges(const std::vector<int64_t>& sorted) {
+  const int64_t max_length = sorted.back();
+  const int64_t median = std::max<int64_t>(sorted[sorted.size() / 2], 1);
+  std::vector<int64_t> edges{0};
+  if (max_length > 16 * median) {
+    int64_t edge = 1;
+    while (edge * 2 <= std::max<int64_t>(sorted.front(), 1)) edge *= 2;
+    for (; edges.back() <= max_length; edge *= 2) edges.push_back(edge);
+    return edges;
+  }
+  const int64_t wanted = std::max<int64_t>(1, (max_length + kHistogramBins) / kHistogramBins);
+  int64_t width = 1;
+  for (int64_t decade = 1; width < wanted; decade *= 10) {
+    for (const int64_t step : {1, 2, 5}) {
+      width = step * decade;
+      if (width >= wanted) break;
+    }
+  }
+  while (edges.back() <= max_length) edges.push_back(edges.back() + width);
+  return edges;
+}
+
+void print_histogram(const std::vector<int64_t>& sorted) {
+  const std::vector<int64_t> edges = histogram_edges(sorted);
+  std::vector<int64_t> counts(edges.size() - 1, 0);
+  for (size_t b = 0; b < counts.size(); ++b) {
+    counts[b] = std::lower_bound(sorted.begin(), sorted.end(), edges[b + 1]) -
+                std::lower_bound(sorted.begin(), sorted.end(), edges[b]);
+  }
   const int64_t most = *std::max_element(counts.begin(), counts.end());
-  std::printf("length histogram (bins of %lld tokens):\n", static_cast<long long>(width));
+  std::printf("length histogram (lengths in [from, to)):\n");
   for (size_t b = 0; b < counts.size(); ++b) {
     const auto bar = static_cast<size_t>(counts[b] * kBarWidth / std::max<int64_t>(most, 1));
-    std::printf("  [%7lld, %7lld)  %-*s %lld\n", static_cast<long long>(b * width),
-                static_cast<long long>((b + 1) * width), kBarWidth, std::string(bar, '#').c_str(),
+    std::printf("  [%7lld, %7lld)  %-*s %lld\n", static_cast<long long>(edges[b]),
+                static_cast<long long>(edges[b + 1]), kBarWidth, std::string(bar, '#').c_str(),
                 static_cast<long long>(counts[b]));
   }
 }
@@ -89,7 +117,7 @@ int run_stats(const StatsArgs& args) {
               static_cast<double>(total) / static_cast<double>(sorted.size()),
               static_cast<long long>(sorted.back()), static_cast<long long>(empty),
               static_cast<long long>(over), static_cast<long long>(args.capacity));
-  print_histogram(sorted, sorted.back());
+  print_histogram(sorted);
 
   std::printf("\n");
   print_strategy_table(comparison);

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,13 @@ TEST(Cli, StatsComparesTheFourStrategies) {
                              "packed", "saving vs fixed", "alpha 1, beta 0"}) {
     EXPECT_NE(r.out.find(phrase), std::string::npos) << phrase << "\n" << r.out;
   }
+  // The histogram's counts (the last number of each "  [from, to)" line) add up to the samples.
+  int64_t counted = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  [", 0) == 0) counted += std::stoll(line.substr(line.find_last_of(' ') + 1));
+  }
+  EXPECT_EQ(counted, 200);
   const Result p = run({"stats", "profile:report", "-L", "4096"}, dir);
   EXPECT_EQ(p.status, 0) << p.err;
   EXPECT_NE(p.out.find("2000 samples"), std::string::npos) << p.out;
