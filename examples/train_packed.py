@@ -41,6 +41,7 @@ from corpus import PAD, VOCAB_SIZE, Corpus, Profile, draw_steps  # noqa: E402
 import varpack  # noqa: E402
 import varpack.hf  # noqa: E402
 from varpack.auto import PADDED, VARLEN, PathChooser, fit_cost_model  # noqa: E402
+from varpack.collator import PackingCollator, pad_rows  # noqa: E402
 from varpack.loss import per_sample_losses  # noqa: E402
 
 log = logging.getLogger("train_packed")
@@ -178,14 +179,9 @@ def padded_batch(samples: list, width: int | None, attn: str = "sdpa") -> Batch:
     plan = varpack.plan(lengths, width, algorithm="none")
     built = varpack.build_batch(plan, samples)
     offsets = built["row_offsets"]
-    rows = len(offsets) - 1
-    row = torch.repeat_interleave(torch.arange(rows), offsets.diff())
-    column = torch.arange(offsets[-1].item()) - offsets[row]
-    ids = torch.full((rows, width), PAD, dtype=torch.int64)
-    labels = torch.full((rows, width), -100, dtype=torch.int64)
-    ids[row, column] = built["input_ids"]
-    labels[row, column] = built["labels"]
-    return Batch({"input_ids": ids, "labels": labels}, attn, sum(lengths), rows * width, lengths)
+    ids = pad_rows(built["input_ids"], offsets, width, PAD)
+    labels = pad_rows(built["labels"], offsets, width, -100)
+    return Batch({"input_ids": ids, "labels": labels}, attn, sum(lengths), ids.numel(), lengths)
 
 
 def to_device(batch: Batch, device: torch.device) -> dict:
@@ -274,8 +270,9 @@ def timed(fn, device, repeats):
 # ---------------------------------------------------------------- automatic path choice
 
 def calibrate(trainer: Trainer, preset: Preset, varlen_attn: str, device, max_length: int):
-    """Times forward+backward for padded rows (SDPA) and packed sequences (varlen) of a few
-    lengths and totals, and fits one cost model per path (varpack.auto.fit_cost_model)."""
+    """Times forward+backward for padded rows and packed sequences of a few lengths and totals,
+    through the attention implementation the automatic mode uses (its padded rows run the
+    fixed-length kernel, SDPA), and fits one cost model per path (varpack.auto.fit_cost_model)."""
     budgets = (preset.tokens_per_step // 2, preset.tokens_per_step)
     widths = [w for w in (max_length // 16, max_length // 4, max_length) if w >= 8]
     rng = np.random.default_rng(1234)
@@ -284,7 +281,7 @@ def calibrate(trainer: Trainer, preset: Preset, varlen_attn: str, device, max_le
         for width in widths:
             rows = max(1, budget // width)
             samples = [rng.integers(0, 256, size=width).astype(np.int32) for _ in range(rows)]
-            for path, batch, points in ((PADDED, padded_batch(samples, width), padded_points),
+            for path, batch, points in ((PADDED, padded_batch(samples, width, varlen_attn), padded_points),
                                         (VARLEN, packed_batch(samples, rows * width, varlen_attn),
                                          varlen_points)):
                 trainer.forward_backward(batch)  # warm-up
@@ -303,7 +300,8 @@ def calibrate(trainer: Trainer, preset: Preset, varlen_attn: str, device, max_le
 def run_mode(trainer: Trainer, mode: str, steps: list, profile: Profile, preset: Preset,
              varlen_attn: str | None, chooser: PathChooser | None, device) -> dict:
     batches, choices = [], []
-    for index, samples in enumerate(steps):
+    auto_collator = PackingCollator(profile.capacity, chooser=chooser, pad_token_id=PAD)
+    for samples in steps:
         if mode == "fixed":
             batches.append(padded_batch(samples, profile.max_length))
         elif mode == "dynamic":
@@ -312,12 +310,11 @@ def run_mode(trainer: Trainer, mode: str, steps: list, profile: Profile, preset:
             batches.append(packed_batch(samples, profile.capacity, "torch_varlen"))
         elif mode == "packed_varpack":
             batches.append(packed_batch(samples, profile.capacity, "varpack"))
-        else:  # auto: the chooser sees the lengths and the padded layout the step would use
-            lengths = [len(s) for s in samples]
-            decision = chooser.choose(lengths, step=index)
-            choices.append(decision.path)
-            batches.append(padded_batch(samples, None) if decision.path == PADDED
-                           else packed_batch(samples, profile.capacity, varlen_attn))
+        else:  # auto: the collator asks the chooser, one attention implementation runs both
+            kwargs = auto_collator(samples)
+            choices.append(auto_collator.last_decision.path)
+            batches.append(Batch(kwargs, varlen_attn, sum(len(s) for s in samples),
+                                 kwargs["input_ids"].numel(), [len(s) for s in samples]))
     trainer.reset()
     if device.type == "cuda":
         torch.cuda.empty_cache()

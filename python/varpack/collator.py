@@ -19,8 +19,15 @@ A sample is a 1-D sequence of token ids, or a mapping with "input_ids" and optio
     loss_weight                               [1, T] float32, if return_loss_weights: per-token or
                                               per-sample normalisation (varpack.loss explains)
     segment_sample, segment_offset            if return_segments: where each segment came from
+With a varpack.auto.PathChooser, PackingCollator picks per batch between that packed layout and a
+padded one (one right-padded row per sample, [n, longest]: input_ids, labels -100 on padding, and
+loss_weight [n, longest] if asked), whichever the fitted cost model predicts faster; the choice
+is logged. The padded layout has no attention mask: it is for causal models, where no valid
+token sees the padding after it. A model with attn_implementation="varpack" (varpack.hf) runs
+the packed layout through the varlen kernel and the padded one through the fixed-length kernel.
+
 The packing itself (planning, copying tokens, labels, weights) happens in C++; this file only
-chooses rows and renames keys.
+chooses rows and lays out and renames the results.
 """
 from __future__ import annotations
 
@@ -45,6 +52,20 @@ def sample_length(sample: Any, index: int) -> int:
     except TypeError:
         raise ValueError(f"sample {index}: expected a sequence of token ids or a mapping with "
                          f"\"input_ids\", got {type(ids).__name__}") from None
+
+
+def pad_rows(flat: torch.Tensor, row_offsets: torch.Tensor, width: int, fill) -> torch.Tensor:
+    """[rows, width] from a flat [T] tensor whose rows are [row_offsets[r], row_offsets[r+1]),
+    each row left-aligned and filled up with `fill`."""
+    rows = len(row_offsets) - 1
+    counts = row_offsets.diff()
+    if rows and int(counts.max()) > width:
+        raise ValueError(f"a row of {int(counts.max())} tokens does not fit a width of {width}")
+    row = torch.repeat_interleave(torch.arange(rows), counts)
+    column = torch.arange(len(flat)) - row_offsets[row]
+    out = torch.full((rows, width), fill, dtype=flat.dtype)
+    out[row, column] = flat
+    return out
 
 
 class _BatchFormat:
@@ -86,6 +107,23 @@ class _BatchFormat:
             out["row_offsets"] = built["row_offsets"]
         return out
 
+    def build_padded(self, plan, samples: Sequence, width: int) -> dict:
+        """The rows of a one-sample-per-row plan, right-padded to `width`: [rows, width]."""
+        import varpack
+
+        built = varpack.build_batch(plan, samples, pad_token_id=self.pad_token_id)
+        offsets = built["row_offsets"]
+        out = {"input_ids": pad_rows(built["input_ids"], offsets, width, self.pad_token_id),
+               "labels": pad_rows(built["labels"], offsets, width, -100)}
+        if self.return_loss_weights:
+            weights = built[f"loss_weight_per_{self.loss_normalization}"]
+            out["loss_weight"] = pad_rows(weights, offsets, width, 0.0)
+        if self.return_segments:
+            out["segment_sample"] = built["segment_sample"]
+            out["segment_offset"] = built["segment_offset"]
+            out["row_offsets"] = offsets
+        return out
+
 
 class PackingCollator:
     """collate_fn that packs the DataLoader's list of samples into rows of `capacity` tokens and
@@ -94,16 +132,22 @@ class PackingCollator:
     capacity=None packs everything into one row (what DataCollatorWithFlattening does); a capacity
     keeps each row within a kernel-friendly size and applies the over-length policy ("error",
     "truncate" or "split") to longer samples. shuffle=True permutes the rows with a seed derived
-    from (seed, epoch)."""
+    from (seed, epoch). chooser (a varpack.auto.PathChooser) makes the layout automatic: batches
+    it predicts faster padded come out padded (see the module notes); last_decision keeps the
+    latest choice."""
 
     def __init__(self, capacity: int | None = None, algorithm: str = "bfd",
                  overlong: str = "error", seed: int = 0, shuffle: bool = False,
                  pad_to_multiple: int = 1, pad_token_id: int = 0,
                  loss_normalization: str = "token", return_flash_attn_kwargs: bool = True,
-                 return_loss_weights: bool = False, return_segments: bool = False):
+                 return_loss_weights: bool = False, return_segments: bool = False,
+                 chooser=None):
         if capacity is not None and capacity <= 0:
             raise ValueError(f"PackingCollator: capacity={capacity}; give a positive number of "
                              "tokens per row, or None for one row holding the whole batch")
+        self.chooser = chooser
+        self.last_decision = None
+        self.batches = 0
         self.capacity = capacity
         self.algorithm = algorithm
         self.overlong = overlong
@@ -123,6 +167,16 @@ class PackingCollator:
             raise ValueError("PackingCollator: got an empty batch; the DataLoader passes at least "
                              "one sample per batch unless the dataset is empty")
         lengths = [sample_length(f, i) for i, f in enumerate(features)]
+        if self.chooser is not None:
+            from varpack.auto import PADDED
+
+            self.last_decision = self.chooser.choose(lengths, step=self.batches)
+            self.batches += 1
+            if self.last_decision.path == PADDED:
+                width = max(1, max(lengths) if self.capacity is None
+                            else min(max(lengths), self.capacity))
+                plan = varpack.plan(lengths, width, algorithm="none", overlong=self.overlong)
+                return self.format.build_padded(plan, features, width)
         capacity = self.capacity if self.capacity is not None else max(1, sum(lengths))
         plan = varpack.plan(lengths, capacity, algorithm=self.algorithm, overlong=self.overlong,
                             seed=epoch_seed(self.seed, self.epoch), shuffle=self.shuffle)

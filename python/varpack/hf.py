@@ -15,7 +15,9 @@ Where the sequence boundaries come from, in the order transformers' flash-attent
   3. position_ids of a single flattened row that restart (DataCollatorWithFlattening without the
      flash kwargs): a new sequence starts wherever the position does not continue by +1; finding
      the boundaries costs one host sync;
-  4. otherwise each row of the batch is one sequence (dense causal attention, no sync).
+  4. otherwise each row of the batch is one sequence: rows of equal length run through the
+     fixed-length kernel (torch's SDPA), a cached decode (fewer queries than keys) through the
+     varlen kernel, causal aligned bottom-right.
 The kernel is any function with FlashAttention-2's flash_attn_varlen_func signature; register()
 uses varpack.flash_attn_varlen_func, register_varlen_function() takes another (the training
 benchmark registers torch's varlen_attn through it for a like-for-like comparison).
@@ -108,6 +110,14 @@ def make_attention_forward(varlen_fn: Callable) -> Callable:
         elif position_ids is not None and batch == 1 and q_len == k_len:
             cu_q, max_q = _boundaries_from_position_ids(position_ids)
             cu_k, max_k = cu_q, max_q
+        elif q_len == k_len and sliding_window is None and not softcap:
+            # Plain rows (a padded batch): every row is as long as the others, so the fixed-length
+            # kernel runs it (SDPA: cuDNN or flash on CUDA, faster per FLOP than a varlen kernel).
+            # This is the padded path varpack.auto chooses when padding is low.
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout,
+                is_causal=causal, scale=scaling, enable_gqa=key.shape[1] != heads)
+            return out.transpose(1, 2), None
         else:
             # One sequence per row; a cache (k_len > q_len) aligns causal bottom-right, as FA2 does.
             rows = torch.arange(batch + 1, dtype=torch.int32, device=query.device)

@@ -12,7 +12,8 @@ from transformers import DataCollatorWithFlattening
 
 import varpack
 
-from varpack.collator import PackedStream, PackingCollator, epoch_seed
+from varpack.auto import PADDED, VARLEN, CostModel, PathChooser
+from varpack.collator import PackedStream, PackingCollator, epoch_seed, pad_rows
 
 LENGTHS = [37, 1, 54, 97, 2, 13, 64, 63, 65, 5]
 
@@ -120,6 +121,39 @@ def test_rejects_bad_input():
         PackingCollator(capacity=0)
     with pytest.raises(ValueError, match="sample 1"):
         PackingCollator()([[1, 2], 5])
+
+
+def chooser(prefer):
+    # Cost models that make `prefer` the faster path for any batch.
+    cheap, dear = CostModel(alpha=1e-9, beta=0.0), CostModel(alpha=1.0, beta=1.0, overhead=1.0)
+    return PathChooser(cheap, dear) if prefer == PADDED else PathChooser(dear, cheap)
+
+
+def test_chooser_picks_the_layout():
+    features = make_features([7, 30, 12], with_labels=True)
+    padded_collator = PackingCollator(chooser=chooser(PADDED), return_loss_weights=True)
+    padded = padded_collator(features)
+    assert padded_collator.last_decision.path == PADDED
+    assert padded["input_ids"].shape == padded["labels"].shape == (3, 30)
+    assert "cu_seq_lens_q" not in padded and "attention_mask" not in padded
+    for row, f in enumerate(features):  # input order, right-padded, prompt labels kept -100
+        n = len(f["input_ids"])
+        assert padded["input_ids"][row, :n].tolist() == f["input_ids"]
+        assert padded["labels"][row, 1:n].tolist() == f["labels"][1:]
+        assert (padded["labels"][row, n:] == -100).all() and (padded["input_ids"][row, n:] == 0).all()
+    assert padded["loss_weight"].sum().item() == pytest.approx(1.0)
+    packed_collator = PackingCollator(chooser=chooser(VARLEN))
+    packed = packed_collator(features)
+    assert packed_collator.last_decision.path == VARLEN
+    assert packed["input_ids"].shape == (1, 49) and "cu_seq_lens_q" in packed
+
+
+def test_pad_rows():
+    flat = torch.tensor([1, 2, 3, 4, 5, 6])
+    out = pad_rows(flat, torch.tensor([0, 2, 2, 6]), 4, -1)
+    assert out.tolist() == [[1, 2, -1, -1], [-1, -1, -1, -1], [3, 4, 5, 6]]
+    with pytest.raises(ValueError, match="does not fit"):
+        pad_rows(flat, torch.tensor([0, 6]), 4, -1)
 
 
 def tagged_samples(lengths):

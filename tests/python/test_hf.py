@@ -102,6 +102,45 @@ def test_padding_mask_path_matches_sdpa(model, samples):
 
 
 @torch.no_grad()
+def test_automatic_layouts_give_the_same_losses(model, samples):
+    # The collator's automatic choice changes only the layout: padded rows (fixed-length kernel)
+    # and the packed row (varlen kernel) give the same per-sample losses, same model, no change.
+    from varpack.auto import CostModel, PathChooser
+    cheap, dear = CostModel(alpha=1e-9, beta=0.0), CostModel(alpha=1.0, beta=1.0)
+    features = [{"input_ids": s} for s in samples]
+    padded = PackingCollator(chooser=PathChooser(cheap, dear))(features)
+    packed = PackingCollator(chooser=PathChooser(dear, cheap), return_segments=True)(features)
+    assert padded["input_ids"].shape == (len(samples), max(LENGTHS))
+    order = packed.pop("segment_sample")
+    for key in ("segment_offset", "row_offsets"):
+        packed.pop(key)
+    logits = model(**packed).logits
+    packed_losses = torch.empty(len(samples))
+    packed_losses[order] = per_sample_losses(logits, packed["labels"], packed["cu_seq_lens_q"])
+    padded_logits = model(**padded).logits
+    padded_losses = torch.stack([
+        per_sample_losses(padded_logits[i:i + 1, :n], padded["labels"][i:i + 1, :n],
+                          torch.tensor([0, n], dtype=torch.int32))[0]
+        for i, n in enumerate(LENGTHS)])
+    rel_close(packed_losses, padded_losses, 1e-6)
+
+
+def test_cached_decoding_aligns_causal_bottom_right(model):
+    # Fewer queries than keys (a KV cache): query i sees keys up to i + (keys - queries), as
+    # FlashAttention aligns it; checked against a plain softmax on a mask.
+    attention = varpack.hf.make_attention_forward(varpack.flash_attn_varlen_func)
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 3, 16, generator=generator)
+    k, v = (torch.randn(2, 2, 7, 16, generator=generator) for _ in range(2))
+    out, _ = attention(model.model.layers[0].self_attn, q, k, v, None, scaling=0.25, is_causal=True)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    scores = (q @ kk.transpose(-1, -2)) * 0.25
+    allowed = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
+    expected = (scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ vv).transpose(1, 2)
+    rel_close(out, expected, 1e-5)
+
+
+@torch.no_grad()
 def test_plain_rows_are_causal_sequences(model):
     ids = torch.randint(0, 300, (3, 40), generator=torch.Generator().manual_seed(2))
     ours = model(input_ids=ids).logits
