@@ -14,6 +14,11 @@ Usage:
     chooser = PathChooser(padded, varlen)
     decision = chooser.choose(batch_lengths, step=step)  # logs "step 7: varlen path (...)"
 
+In training, hand the chooser to the collator, PackingCollator(capacity, chooser=chooser): each
+batch comes out packed or padded as predicted faster, and a model with attn_implementation=
+"varpack" runs the one through the varlen kernel and the other through the fixed-length kernel.
+The choice covers the whole step, not attention alone: padding also costs MLP and projections.
+
 Pure Python + numpy: no extension needed.
 """
 from __future__ import annotations
