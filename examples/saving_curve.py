@@ -32,7 +32,7 @@ import varpack.hf  # noqa: E402
 log = logging.getLogger("saving_curve")
 PADDING_RATES = (0.03, 0.10, 0.25, 0.50, 0.75, 0.90)
 REPORT = {0.03: 0.0228, 0.90: 0.8973}  # the report's measured savings at these padding rates
-SHAPES = {"h200": dict(rows=8, width=4096, heads=16, head_dim=128, repeats=10, steps=6),
+SHAPES = {"h200": dict(rows=8, width=4096, heads=16, head_dim=128, repeats=10, steps=5),
           "smoke": dict(rows=2, width=64, heads=2, head_dim=16, repeats=2, steps=2)}
 
 

@@ -72,7 +72,7 @@ PRESETS = {
     # The ANCHORS model: 8 layers, d_model 2048, 16 heads x 128, SwiGLU 5632 (vocab: bytes).
     "h200": Preset(8, 2048, 16, 5632, 32768, 3, 10,
                    (Profile("short", 50, 800, 4096), Profile("long", 1000, 8000, 16384)),
-                   (4, 512, 8, 1408), 16384, 300, 25, 64),
+                   (4, 512, 8, 1408), 16384, 200, 20, 64),
     # Tiny, for a CPU smoke test: every code path, no meaningful timing.
     "smoke": Preset(2, 32, 2, 64, 512, 1, 1,
                     (Profile("short", 5, 80, 256), Profile("long", 100, 400, 512)),
