@@ -16,13 +16,25 @@ class FreeSpaceMaxTree {
     tree_.assign(2 * leaves_, 0);
   }
 
-  // The lowest-index open row with at least `need` free, or -1.
-  int64_t first_fit(int64_t need) const {
-    if (tree_[1] < need) return -1;
-    size_t node = 1;
-    while (node < leaves_) {
-      node *= 2;
-      if (tree_[node] < need) ++node;  // the left subtree has no fit: the right one must
+  // The lowest-index open row >= `start` with at least `need` free, or -1: climb from the leaf
+  // of `start` to the first right sibling that holds a fit, then walk down to its leftmost fit.
+  // The cost is logarithmic in the distance to the answer, not in the number of rows.
+  int64_t first_fit_from(size_t start, int64_t need) const {
+    if (start >= leaves_) return -1;
+    size_t node = leaves_ + start;
+    if (tree_[node] < need) {
+      while (true) {
+        if (node == 1) return -1;  // at the root: nothing to the right of `start` fits
+        if (node % 2 == 0 && tree_[node + 1] >= need) {
+          ++node;
+          break;
+        }
+        node /= 2;
+      }
+      while (node < leaves_) {
+        node *= 2;
+        if (tree_[node] < need) ++node;  // the left subtree has no fit: the right one must
+      }
     }
     return static_cast<int64_t>(node - leaves_);
   }
@@ -71,15 +83,23 @@ void pack_first_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, 
   // The lower bound on rows sizes the tree; it grows by doubling if first-fit needs more.
   FreeSpaceMaxTree tree(static_cast<size_t>(tokens / capacity + 1));
   std::vector<int64_t> row_of(sorted.size());
+  // Within a run of equal lengths the first fit never moves left: every row before the last one
+  // found had too little room for this length, and rooms only shrink. So the search for the next
+  // piece of the same length starts at the last row found; a new length starts from row 0.
+  int64_t previous_need = -1;
+  int64_t start = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const int64_t need = sorted[i].length;
-    int64_t row = tree.first_fit(need);
+    if (need != previous_need) start = 0;
+    previous_need = need;
+    int64_t row = tree.first_fit_from(static_cast<size_t>(start), need);
     if (row < 0) {
       row = tree.open_row(capacity - need);
     } else {
       tree.set(static_cast<size_t>(row), tree.free(row) - need);
     }
     row_of[i] = row;
+    start = row;
   }
   group_into_rows(sorted, row_of, static_cast<int64_t>(tree.rows()), capacity, plan);
 }
