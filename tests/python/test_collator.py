@@ -233,3 +233,19 @@ def test_stream_rejects_bad_options():
         PackedStream([], capacity=8, buffer_size=0)
     with pytest.raises(ValueError, match="min_fill"):
         PackedStream([], capacity=8, min_fill=1.5)
+
+
+def test_zero_length_samples_are_skipped():
+    batch = PackingCollator(return_segments=True)(make_features([5, 0, 7]))
+    assert sorted(batch["segment_sample"].tolist()) == [0, 2]
+    assert batch["input_ids"].shape == (1, 12)
+
+
+def test_stream_splits_overlong_samples_and_keeps_every_token():
+    lengths = [300, 20, 513, 40, 90]
+    stream = PackedStream(tagged_samples(lengths), capacity=128, overlong="split", buffer_size=3,
+                          shuffle=False)
+    tokens = {}
+    for sample, n in emitted_samples(stream):
+        tokens[sample] = tokens.get(sample, 0) + n
+    assert tokens == dict(enumerate(lengths))
