@@ -4,7 +4,7 @@ packed batches (varpack.collator.PackingCollator or DataCollatorWithFlattening) 
 
     import varpack.hf
     varpack.hf.register()
-    model = LlamaForCausalLM(config, attn_implementation="varpack")   # or config._attn_implementation
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="varpack")
     loss = model(**packed_batch).loss
 
 Where the sequence boundaries come from, in the order transformers' flash-attention path uses:
