@@ -4,10 +4,12 @@
 // steady clock (wall) and by the thread's CPU clock (what a shared, busy machine cannot inflate).
 //
 //   pack_bench [--sizes 1000000,10000000] [--profiles report,longtail] [--repeats 3]
-//              [--histogram-samples 16000000] [--dump-lengths FILE N] [--json]
+//              [--histogram-samples 16000000] [--json]
+//   pack_bench --dump-lengths PROFILE N FILE
 //
-// --dump-lengths writes N lengths of the report profile (seed 0) as raw int64 for the Python
-// peer (python_bfd_peer.py) and exits; bench/pack/run_pack_bench.py runs both and prints ratios.
+// --dump-lengths writes N lengths of PROFILE (seed 0, as the benchmark uses) as raw int64 for
+// the Python peer (python_bfd_peer.py), prints the profile's capacity and exits;
+// bench/pack/run_pack_bench.py runs both and prints the ratios.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -158,12 +160,15 @@ int run(int argc, char** argv) {
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--dump-lengths") {
+      const std::string profile = value();
+      const int64_t samples = std::atoll(value().c_str());
       const std::string path = value();
-      const auto lengths = varpack::generate_lengths("report", std::atoll(value().c_str()), 0);
+      const auto lengths = varpack::generate_lengths(profile, samples, 0);
       std::ofstream out(path, std::ios::binary);
       out.write(reinterpret_cast<const char*>(lengths.data()),
                 static_cast<std::streamsize>(lengths.size() * sizeof(int64_t)));
       if (!out) throw varpack::Error("cannot write " + path);
+      std::printf("%lld\n", static_cast<long long>(varpack::find_length_profile(profile).capacity));
       return 0;
     } else {
       throw varpack::Error("unknown argument '" + arg + "'; see the header of pack_bench.cpp");
