@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -115,6 +116,46 @@ py::dict stats_dict(const varpack::PlanStats& s) {
   return d;
 }
 
+varpack::PlanStats stats_from(const py::dict& d) {
+  varpack::PlanStats s;
+  s.samples = d["samples"].cast<int64_t>();
+  s.tokens = d["tokens"].cast<int64_t>();
+  s.rows = d["rows"].cast<int64_t>();
+  s.capacity = d["capacity"].cast<int64_t>();
+  s.lower_bound_rows = d["lower_bound_rows"].cast<int64_t>();
+  s.padded_tokens = d["padded_tokens"].cast<int64_t>();
+  s.padding_rate_packed = d["padding_rate_packed"].cast<double>();
+  s.padding_rate_unpacked = d["padding_rate_unpacked"].cast<double>();
+  s.truncated_tokens = d["truncated_tokens"].cast<int64_t>();
+  s.skipped_samples = d["skipped_samples"].cast<int64_t>();
+  s.split_samples = d["split_samples"].cast<int64_t>();
+  return s;
+}
+
+template <typename T>
+std::vector<T> vector_of(const py::array_t<T, py::array::c_style | py::array::forcecast>& a) {
+  return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+// Pickling (DataLoader workers, multiprocessing): the plan's arrays and statistics, copied.
+py::tuple plan_state(const varpack::PackPlan& p) {
+  py::array_t<int64_t> pieces({static_cast<py::ssize_t>(p.pieces.size()), py::ssize_t{3}});
+  std::copy_n(&p.pieces.data()->sample, 3 * p.pieces.size(), pieces.mutable_data());
+  return py::make_tuple(pieces, py::array_t<int64_t>(p.row_begin.size(), p.row_begin.data()),
+                        py::array_t<int64_t>(p.row_width.size(), p.row_width.data()), stats_dict(p.stats));
+}
+
+varpack::PackPlan plan_from_state(const py::tuple& t) {
+  using Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+  varpack::PackPlan p;
+  const std::vector<int64_t> flat = vector_of(t[0].cast<Array>());
+  for (size_t i = 0; i + 2 < flat.size(); i += 3) p.pieces.push_back({flat[i], flat[i + 1], flat[i + 2]});
+  p.row_begin = vector_of(t[1].cast<Array>());
+  p.row_width = vector_of(t[2].cast<Array>());
+  p.stats = stats_from(t[3].cast<py::dict>());
+  return p;
+}
+
 varpack::PackPlan plan_packing(py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
                                int64_t capacity, const std::string& algorithm, const std::string& overlong,
                                int64_t batch_size, bool shuffle_rows, uint64_t seed) {
@@ -189,6 +230,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                              })
       .def_property_readonly("stats", [](const varpack::PackPlan& p) { return stats_dict(p.stats); })
       .def("rows", &varpack::PackPlan::rows)
+      .def(py::pickle(&plan_state, &plan_from_state))
       .def("__eq__", [](const varpack::PackPlan& a, const varpack::PackPlan& b) { return a == b; });
 
   m.def("plan_packing", &plan_packing, py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"),

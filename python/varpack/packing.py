@@ -43,6 +43,12 @@ class Plan:
         self.row_width: np.ndarray = native.row_width
         self.stats: dict = native.stats
 
+    def __getstate__(self):
+        return self._native
+
+    def __setstate__(self, native):
+        self.__init__(native)
+
     @property
     def num_rows(self) -> int:
         return len(self.row_width)

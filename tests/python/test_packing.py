@@ -7,6 +7,7 @@ ValueError with its message.
 """
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -103,6 +104,16 @@ def test_rows_and_row_helpers():
     with pytest.raises(ValueError):
         plan.pieces[0, 0] = 7  # read-only views of the C++ plan
     assert "rows=2" in repr(plan)
+
+
+def test_plans_pickle(rng):
+    lengths = random_lengths(rng, 100, 200)
+    plan = varpack.plan(lengths, 128, overlong="split")
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy == plan and copy.stats == plan.stats
+    np.testing.assert_array_equal(copy.row_width, plan.row_width)
+    samples = make_samples(rng, lengths, "lists")
+    check_batch(varpack.build_batch(copy, samples), expected_batch(plan, samples, 0, plan.num_rows))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
