@@ -61,6 +61,14 @@ def _op_backward(ctx, dout, _dlse):
 torch.library.register_autograd(_OP_FWD, _op_backward, setup_context=_setup_context)
 
 
+def _no_double_backward(ctx, *grads):
+    raise NotImplementedError("varpack attention has no double backward (the gradient of its gradient); "
+                              "compute the gradients without create_graph=True")
+
+
+torch.library.register_autograd(_OP_BWD, _no_double_backward)
+
+
 class _VarlenAttention(torch.autograd.Function):
     """The operator with flash_attn_varlen_func's `deterministic`, which only the backward takes."""
 

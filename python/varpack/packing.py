@@ -133,6 +133,9 @@ def build_batch(plan: Plan, samples: Sequence, rows=None, pad_to_multiple: int =
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a varpack.Plan (from varpack.plan), got {type(plan).__name__}")
+    if not (hasattr(samples, "__getitem__") and hasattr(samples, "__len__")):
+        raise TypeError(f"samples must be a sequence indexable by sample (a list, an array, a dataset), "
+                        f"got {type(samples).__name__}")
     first, last = _row_range(rows, plan.num_rows)
     return _C.build_packed_batch(plan._native, first, last, samples, operator.index(pad_to_multiple),
                                  operator.index(pad_token_id), bool(restart_positions_per_piece))

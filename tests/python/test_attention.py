@@ -418,6 +418,14 @@ def test_unsupported_features_raise():
         bad_call(max_seqlen_q=torch.tensor(5))
 
 
+def test_double_backward_raises():
+    q, k, v, cu_q, cu_k, max_q, max_k = make_batch([4, 3], requires_grad=True)
+    out = varpack.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k)
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(NotImplementedError, match="varpack attention has no double backward"):
+        dq.sum().backward()
+
+
 def test_operator_checks_strides_of_direct_calls():
     q, k, v, cu_q, cu_k, max_q, max_k, *rest = op_args(requires_grad=False)
     q_strided = q.transpose(1, 2).contiguous().transpose(1, 2)

@@ -310,5 +310,7 @@ def test_build_batch_errors(samples, rows, error, message):
 def test_build_batch_rejects_other_plans():
     with pytest.raises(TypeError, match="plan must be a varpack.Plan"):
         varpack.build_batch({"pieces": []}, [[1]])
+    with pytest.raises(TypeError, match="samples must be a sequence indexable by sample"):
+        varpack.build_batch(varpack.plan([1], 4), iter([[1]]))
     with pytest.raises(ValueError, match="pad_to_multiple must be >= 1"):
         varpack.build_batch(varpack.plan([1], 4), [[1]], pad_to_multiple=0)
