@@ -92,11 +92,14 @@ py::array view_of(const T* data, std::vector<py::ssize_t> shape, const py::objec
   return a;
 }
 
-template <typename T>
-torch::Tensor tensor_of(const std::vector<T>& v, torch::ScalarType type) {
-  const auto source_type = torch::CppTypeToScalarType<T>::value;
-  return torch::from_blob(const_cast<T*>(v.data()), {static_cast<int64_t>(v.size())}, source_type)
-      .to(type, /*non_blocking=*/false, /*copy=*/true);
+// A copy of `v` as a 1-D tensor of element type Out. One plain loop on purpose: torch's own
+// conversion runs on its thread pool, which stalls for tens of milliseconds when the cores are busy
+// (a data loader next to training) and gains nothing on a copy this size.
+template <typename Out, typename T>
+torch::Tensor tensor_of(const std::vector<T>& v) {
+  torch::Tensor t = torch::empty({static_cast<int64_t>(v.size())}, torch::CppTypeToScalarType<Out>::value);
+  std::copy(v.begin(), v.end(), t.data_ptr<Out>());
+  return t;
 }
 
 py::dict stats_dict(const varpack::PlanStats& s) {
@@ -181,16 +184,16 @@ py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t r
   const varpack::PackedBatch b = varpack::build_packed_batch(plan, row_first, row_last, source, options);
   py::dict d;
   // int64 ids and labels: what nn.Embedding and cross_entropy take without another conversion.
-  d["input_ids"] = tensor_of(b.input_ids, torch::kInt64);
-  d["labels"] = tensor_of(b.labels, torch::kInt64);
-  d["position_ids"] = tensor_of(b.position_ids, torch::kInt64);
-  d["cu_seqlens"] = tensor_of(b.cu_seqlens, torch::kInt32);
+  d["input_ids"] = tensor_of<int64_t>(b.input_ids);
+  d["labels"] = tensor_of<int64_t>(b.labels);
+  d["position_ids"] = tensor_of<int64_t>(b.position_ids);
+  d["cu_seqlens"] = tensor_of<int32_t>(b.cu_seqlens);
   d["max_seqlen"] = b.max_seqlen;
-  d["segment_sample"] = tensor_of(b.segment_sample, torch::kInt64);
-  d["segment_offset"] = tensor_of(b.segment_offset, torch::kInt64);
-  d["row_offsets"] = tensor_of(b.row_offsets, torch::kInt64);
-  d["loss_weight_per_token"] = tensor_of(b.loss_weight_per_token, torch::kFloat32);
-  d["loss_weight_per_sample"] = tensor_of(b.loss_weight_per_sample, torch::kFloat32);
+  d["segment_sample"] = tensor_of<int64_t>(b.segment_sample);
+  d["segment_offset"] = tensor_of<int64_t>(b.segment_offset);
+  d["row_offsets"] = tensor_of<int64_t>(b.row_offsets);
+  d["loss_weight_per_token"] = tensor_of<float>(b.loss_weight_per_token);
+  d["loss_weight_per_sample"] = tensor_of<float>(b.loss_weight_per_sample);
   d["num_samples"] = b.num_samples;
   return d;
 }
