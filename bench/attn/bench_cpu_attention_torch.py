@@ -4,8 +4,9 @@ For each padding rate the same tokens run three ways: varpack.flash_attn_varlen_
 tokens; torch.nn.functional.scaled_dot_product_attention on the padded batch [B, H, L, d] with a
 boolean mask (key padding, and causal when asked), the correct padded computation; and the same SDPA
 without a mask (is_causal only), the fastest a padded batch can go in torch, with wrong values in
-the padding. Times are medians after a warm-up; forward under no_grad, backward = forward+backward
-minus forward. Lengths are drawn as in attention_cpu_bench (evenly spread quantiles, shuffled).
+the padding. Times are medians after a warm-up, wall-clock and CPU; forward under no_grad, backward =
+forward+backward minus forward. Lengths are drawn as in attention_cpu_bench (evenly spread quantiles,
+shuffled).
 
     PYTHONPATH=python .venv/bin/python bench/attn/bench_cpu_attention_torch.py [--batch 8] [--seq-len 1024]
         [--heads 8] [--head-dim 64] [--causal] [--threads 0] [--repeats 3]
@@ -33,14 +34,27 @@ def draw_lengths(batch, seq_len, rate, rng):
     return lengths
 
 
-def median_ms(fn, repeats):
-    fn()  # warm-up
-    times = []
+def measure(fns, repeats):
+    """(wall ms, CPU ms) medians of each function. They run alternately, so a burst of outside load
+    hits every peer alike; CPU time (all threads of the process) is the work, which load does not inflate."""
+    for fn in fns:
+        fn()  # warm-up
+    wall, cpu = [[] for _ in fns], [[] for _ in fns]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn()
+            wall[i].append((time.perf_counter() - t0) * 1e3)
+            cpu[i].append((time.process_time() - c0) * 1e3)
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu)]
+
+
+def ratio(peer, ours):
+    return f"{peer[0] / ours[0]:.1f}x / {peer[1] / ours[1]:.1f}x"
+
+
+def ms(t):
+    return f"{t[0]:.1f} / {t[1]:.1f}"
 
 
 def main():
@@ -62,9 +76,11 @@ def main():
     print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
           f"threads; batch {B} x L {L}, heads {H}, head_dim {D}, {'causal' if a.causal else 'not causal'}, "
           f"float32, median of {a.repeats}\n")
+    print("Times are medians, wall-clock / CPU (all threads); speed-up = torch time / varpack time on each. "
+          "Backward = (forward + backward) - forward.\n")
     print("| padding | varpack fwd ms | torch masked fwd ms | torch unmasked fwd ms | fwd speed-up vs masked "
           "| vs unmasked | varpack bwd ms | torch masked bwd ms | torch unmasked bwd ms | bwd speed-up vs masked "
-          "| vs unmasked | max |out diff| |")
+          "| vs unmasked | max abs out diff |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rate in RATES:
         lengths = draw_lengths(B, L, rate, rng)
@@ -85,7 +101,7 @@ def main():
             mask = mask & (pos[None, :, None] >= pos[None, None, :])
         mask = mask[:, None]  # [B, 1, L, L]; padded query rows see the real keys, so no row is empty
 
-        def varpack_fwd(grad=False):
+        def varpack_fwd():
             return varpack.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=a.causal)
 
         def torch_masked(x, y, z):
@@ -95,9 +111,8 @@ def main():
             return F.scaled_dot_product_attention(x, y, z, is_causal=a.causal)
 
         with torch.no_grad():
-            t_vp = median_ms(varpack_fwd, a.repeats)
-            t_tm = median_ms(lambda: torch_masked(qp, kp, vp), a.repeats)
-            t_tu = median_ms(lambda: torch_unmasked(qp, kp, vp), a.repeats)
+            t_vp, t_tm, t_tu = measure([varpack_fwd, lambda: torch_masked(qp, kp, vp),
+                                        lambda: torch_unmasked(qp, kp, vp)], a.repeats)
             out = varpack_fwd()
             ref = torch_masked(qp, kp, vp).transpose(1, 2)
             diff = max(float((out[int(cu[b]):int(cu[b]) + n] - ref[b, :n]).abs().max()) for b, n in enumerate(lengths))
@@ -106,12 +121,15 @@ def main():
             xs = [x.detach().requires_grad_() for x in inputs]
             fn(*xs).backward(grad)
 
-        b_vp = median_ms(lambda: fwd_bwd(lambda x, y, z: varpack.flash_attn_varlen_func(
-            x, y, z, cu, cu, max(lengths), max(lengths), causal=a.causal), (q, k, v), dout), a.repeats) - t_vp
-        b_tm = median_ms(lambda: fwd_bwd(torch_masked, (qp, kp, vp), doutp), a.repeats) - t_tm
-        b_tu = median_ms(lambda: fwd_bwd(torch_unmasked, (qp, kp, vp), doutp), a.repeats) - t_tu
-        print(f"| {100 * actual:.1f}% | {t_vp:.2f} | {t_tm:.2f} | {t_tu:.2f} | {t_tm / t_vp:.2f}x | {t_tu / t_vp:.2f}x "
-              f"| {b_vp:.2f} | {b_tm:.2f} | {b_tu:.2f} | {b_tm / b_vp:.2f}x | {b_tu / b_vp:.2f}x | {diff:.1e} |",
+        def varpack_op(x, y, z):
+            return varpack.flash_attn_varlen_func(x, y, z, cu, cu, max(lengths), max(lengths), causal=a.causal)
+
+        fb = measure([lambda: fwd_bwd(varpack_op, (q, k, v), dout),
+                      lambda: fwd_bwd(torch_masked, (qp, kp, vp), doutp),
+                      lambda: fwd_bwd(torch_unmasked, (qp, kp, vp), doutp)], a.repeats)
+        b_vp, b_tm, b_tu = ((t[0] - f[0], t[1] - f[1]) for t, f in zip(fb, (t_vp, t_tm, t_tu)))
+        print(f"| {100 * actual:.1f}% | {ms(t_vp)} | {ms(t_tm)} | {ms(t_tu)} | {ratio(t_tm, t_vp)} | {ratio(t_tu, t_vp)} "
+              f"| {ms(b_vp)} | {ms(b_tm)} | {ms(b_tu)} | {ratio(b_tm, b_vp)} | {ratio(b_tu, b_vp)} | {diff:.0e} |",
               flush=True)
 
 

@@ -1,8 +1,8 @@
 // The vector arithmetic of the CPU attention tiles: one register-blocked matrix-multiply micro-kernel
-// (every product of the forward and backward is C (+)= A * B with B row-major), a vector exp and
-// tanh, and the row operations of the online softmax. Written with GCC vector extensions so it
-// needs no -march flag: the callers are compiled once per x86-64 level with target_clones and
-// these always-inline helpers take the caller's instruction set.
+// (every product of the forward and backward is C (+)= A * B with B row-major) and a vector exp and
+// tanh. Written with GCC vector extensions so it needs no -march flag: the callers are compiled
+// once per x86-64 level with target_clones and these always-inline helpers take the caller's
+// instruction set.
 #pragma once
 
 #include <cmath>
