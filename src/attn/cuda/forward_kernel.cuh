@@ -1,8 +1,8 @@
 // Varlen attention forward (FlashAttention-2's algorithm) on mma.sync tensor cores, sm_80+.
-// One block = one query tile of one head; each warp owns 16 query rows, keeps its Q fragments in
-// registers, and streams K/V tiles of kBlockN keys through double-buffered shared memory with
-// cp.async. Scores, the online softmax and the output accumulate in fp32. Included by one small
-// .cu file per (dtype, head dim) instance.
+// One block = one query tile of one head; each warp owns kRowTiles x 16 query rows and the block
+// streams K/V tiles of kBlockN keys through double-buffered shared memory with cp.async. Scores,
+// the online softmax and the output accumulate in fp32 registers; P goes to the P.V product
+// without leaving registers. Included by one small .cu file per (dtype, head dim) instance.
 #pragma once
 
 #include <cuda_runtime.h>
