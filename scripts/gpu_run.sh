@@ -4,8 +4,13 @@
 # the standalone test, compute-sanitizer memcheck and racecheck on a small case, the pytest GPU
 # tests, both benchmarks, and optionally the tile-shape experiments and an ncu profile. Logs go to
 # $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
-# Carry .gpu-deps (simdjson header and library) for machines without libsimdjson.
+# The GPU machine has no libsimdjson (seen 2026-11-30), which the torch extension links: prepare a
+# copy here once (the folder is ignored through .git/info/exclude) and name it in the call's carry:
+#   mkdir -p .gpu-deps/include .gpu-deps/lib && echo /.gpu-deps/ >> .git/info/exclude
+#   cp /usr/include/simdjson.h .gpu-deps/include/ && cp -P /usr/lib/x86_64-linux-gnu/libsimdjson.so* .gpu-deps/lib/
 # Usage: scripts/gpu_run.sh [test] [bench] [tune] [profile]   (no argument: test bench)
+#   test: standalone test, sanitizers, pytest; bench: both benchmarks; tune: tile-shape experiments;
+#   profile: ncu on the three main kernels at 16 x 4k.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 want=" ${*:-test bench} "
