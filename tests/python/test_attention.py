@@ -158,6 +158,22 @@ def test_matches_reference(rng, name, dtype):
         assert err <= tol, f"{name} {dtype}: {what} max error {err:.3g} > {tol:.3g}"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_lengths_around_tile_sizes(causal):
+    """Lengths just below and above powers of two (where CPU and GPU tiles end), one long among short."""
+    q_lens = [1, 31, 32, 33, 63, 64, 65, 0, 127, 129, 200, 2]
+    k_lens = [n + d for n, d in zip(q_lens, [0, 2, 1, 0, 5, 0, 3, 4, 0, 1, 0, 7])]
+    q, k, v, cu_q, cu_k, max_q, max_k = make_batch(q_lens, k_lens, heads=6, kv_heads=2, head_dim=40)
+    dout = torch.randn_like(q)
+    got = varpack_results(q, k, v, cu_q, cu_k, max_q, max_k, dout, causal=causal)
+    scale = float(torch.tensor(40 ** -0.5, dtype=torch.float32))
+    want = reference_results(q, k, v, cu_q, cu_k, dout, torch.float64, scale, causal=causal)
+    naive = reference_results(q, k, v, cu_q, cu_k, dout, torch.float32, scale, causal=causal)
+    for what, g, w, n in zip(("out", "lse", "dq", "dk", "dv"), got, want, naive):
+        err, tol = max_error(g, w), 2 * max_error(n, w) + 1e-5
+        assert err <= tol, f"{what} max error {err:.3g} > {tol:.3g}"
+
+
 @pytest.mark.parametrize("name", ["plain", "causal", "gqa3_causal", "q_ne_k_causal", "softcap"])
 def test_rows_past_the_end_are_zero(rng, name):
     shape, kw, different_k = split_case(CASES[name])
