@@ -76,6 +76,8 @@ class AtomicFile {
   void write_at(uint64_t offset, const void* data, size_t size);     // positioned, for binary
   void commit();  // flushes, renames onto the path; throws varpack::Error on failure
   const std::string& path() const { return path_; }
+  // The temporary file being written: complete once writing is done, readable before commit().
+  const std::string& temp_path() const { return temp_path_; }
 
  private:
   std::string path_;
@@ -111,6 +113,18 @@ void write_packed_binary(AtomicFile& out, const PackPlan& plan, const TokenSourc
 void write_packed(const std::string& path, OutputFormat format, const PackPlan& plan,
                   const TokenSource& source, const BatchOptions& options = {},
                   const ProgressFn& progress = {});
+
+// Reads a packed file back and checks it against its plan and source, independently of the
+// batch builder: the rows and pieces are the plan's; every piece's tokens equal its source
+// tokens; positions restart at 0 per piece (or continue from the piece's offset when
+// `options.restart_positions_per_piece` is false); labels are -100 at each piece's first position
+// and the source's label (or token) elsewhere; cu_seqlens steps by the piece lengths; no row is
+// wider than planned; and every source token lies in exactly one piece unless the plan counts it
+// as truncated. Throws varpack::Error naming the file, row and piece at fault. `data_path` is
+// what is read (e.g. an AtomicFile's temp_path() before commit); `name` is used in messages.
+void check_packed_file(const std::string& data_path, const std::string& name, OutputFormat format,
+                       const PackPlan& plan, const TokenSource& source,
+                       const BatchOptions& options = {});
 
 // A packed binary file (docs/FORMAT.md), memory-mapped and checked on open: magic, version,
 // sizes, section bounds, and the consistency of the row and piece tables. Spans stay valid while

@@ -20,6 +20,7 @@ struct PackArgs {
   int64_t batch_size = 8;
   uint64_t seed = 0;
   bool shuffle = false;
+  bool check = false;  // read the written file back and verify it before it is renamed into place
 };
 
 struct StatsArgs {

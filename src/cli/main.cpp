@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   pack_cmd->add_option("--format", pack.format,
                        "jsonl | bin (default: bin if --out ends in .bin, else jsonl)");
+  pack_cmd->add_flag("--check", pack.check,
+                     "read the written file back and verify every token, position, label and "
+                     "cu_seqlens against the input before renaming it into place");
   pack_cmd->add_option("--report", pack.report,
                        "also write a JSON report (samples, tokens, rows, padding, seconds, ...)");
 

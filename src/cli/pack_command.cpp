@@ -74,6 +74,9 @@ int run_pack(const PackArgs& args) {
     }
   }
   const double write_seconds = seconds_since(write_start);
+  const auto check_start = Clock::now();
+  if (args.check) check_packed_file(out.temp_path(), args.out, format, plan, samples);
+  const double check_seconds = seconds_since(check_start);
   const double seconds = seconds_since(start);
 
   const PlanStats& s = plan.stats;
@@ -102,7 +105,8 @@ int run_pack(const PackArgs& args) {
         .add("seconds", seconds)
         .add("seconds_read", read_seconds)
         .add("seconds_plan", plan_seconds)
-        .add("seconds_write", write_seconds);
+        .add("seconds_write", write_seconds)
+        .add("checked", args.check);
     const std::string text = json.str();
     report->write(text.data(), text.size());
   }
@@ -125,6 +129,10 @@ int run_pack(const PackArgs& args) {
   std::printf("  %.3f s (read %.3f, plan %.3f, write %.3f)%s\n", seconds, read_seconds,
               plan_seconds, write_seconds,
               report ? (", report " + args.report).c_str() : "");
+  if (args.check) {
+    std::printf("  checked in %.3f s: every token, position, label and cu_seqlens of %s matches "
+                "the input\n", check_seconds, args.out.c_str());
+  }
   return 0;
 }
 

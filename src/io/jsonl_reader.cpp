@@ -1,25 +1,18 @@
-// The streaming JSONL reader: the file is read in chunks into one buffer that holds at most the
-// longest line (plus simdjson's padding), and each line is parsed on its own with simdjson's DOM
-// parser, which validates the whole line. Memory is proportional to the tokens kept by the
-// caller, never to the JSON text.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+// The JSONL reader: lines come from the chunked line reader (line_reader.h) and each is parsed
+// on its own with simdjson's DOM parser, which validates the whole line. Memory is proportional
+// to the tokens kept by the caller, never to the JSON text.
 #include <limits>
 #include <simdjson.h>
 #include <string>
 #include <vector>
 
+#include "line_reader.h"
 #include "varpack/error.h"
 #include "varpack/io.h"
 
 namespace varpack {
 namespace {
 
-constexpr size_t kChunkBytes = size_t{1} << 20;
 constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
 
 const char* type_name(simdjson::dom::element_type type) {
@@ -132,74 +125,16 @@ class LineParser {
   int64_t line_ = 0;
 };
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() { if (fd_ >= 0) ::close(fd_); }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 void scan_jsonl(const std::string& path, const SampleFn& on_sample, const ProgressFn& progress) {
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0) {
-    throw Error(path + ": cannot open: " + std::strerror(errno) +
-                (errno == ENOENT ? "; check the path" : ""));
-  }
-  struct stat st {};
-  if (::fstat(file.get(), &st) != 0) throw Error(path + ": cannot read: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw Error(path + ": is a directory, not a JSONL file");
-  const uint64_t total = S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
-
   LineParser parser(path, on_sample);
-  // buffer[begin, end) holds bytes read but not yet parsed; `scanned` marks how far we already
-  // looked for a newline, so a long line is not rescanned after each read.
-  std::vector<char> buffer(kChunkBytes + simdjson::SIMDJSON_PADDING);
-  size_t begin = 0, end = 0, scanned = 0;
-  uint64_t bytes_read = 0;
-  int64_t line = 0;
-  bool eof = false;
-  while (true) {
-    const void* nl = std::memchr(buffer.data() + scanned, '\n', end - scanned);
-    if (nl != nullptr) {
-      const size_t stop = static_cast<size_t>(static_cast<const char*>(nl) - buffer.data());
-      parser.parse(buffer.data() + begin, stop - begin, ++line);
-      begin = scanned = stop + 1;
-      continue;
-    }
-    if (eof) {
-      if (begin < end) parser.parse(buffer.data() + begin, end - begin, ++line);
-      break;
-    }
-    // Move the unfinished line to the front; grow the buffer only for a line longer than it.
-    std::memmove(buffer.data(), buffer.data() + begin, end - begin);
-    end -= begin;
-    begin = 0;
-    scanned = end;
-    const size_t capacity = buffer.size() - simdjson::SIMDJSON_PADDING;
-    if (end == capacity) buffer.resize(2 * capacity + simdjson::SIMDJSON_PADDING);
-    const size_t room = buffer.size() - simdjson::SIMDJSON_PADDING - end;
-    const ssize_t n = ::read(file.get(), buffer.data() + end, room);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw Error(path + ": read error after line " + std::to_string(line) + ": " +
-                  std::strerror(errno));
-    }
-    eof = (n == 0);
-    end += static_cast<size_t>(n);
-    bytes_read += static_cast<uint64_t>(n);
-    if (progress) progress(bytes_read, total);
-  }
+  const int64_t lines = detail::for_each_line(
+      path, [&](const char* p, size_t n, int64_t line) { parser.parse(p, n, line); }, progress);
   if (parser.records() == 0) {
     throw Error(path + ": no samples: " +
-                (line == 0 ? std::string("the file is empty")
-                           : "its " + std::to_string(line) + " line(s) are all blank") +
+                (lines == 0 ? std::string("the file is empty")
+                            : "its " + std::to_string(lines) + " line(s) are all blank") +
                 "; expected one JSON object like {\"input_ids\": [1, 2, 3]} per line");
   }
 }

@@ -191,6 +191,16 @@ TEST(Cli, SameInputOptionsAndSeedGiveIdenticalFiles) {
   }
 }
 
+TEST(Cli, CheckVerifiesTheWrittenFile) {
+  TempDir dir;
+  write_random_input(dir.file("in.jsonl"), 100, 300, 5);
+  for (const char* out : {"c.jsonl", "c.bin"}) {
+    const Result r = run({"pack", "in.jsonl", "-L", "128", "--overlong", "split", "--check", "-o", out}, dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string("of ") + out + " matches the input"), std::string::npos) << r.out;
+  }
+}
+
 TEST(Cli, FormatOptionOverridesTheExtension) {
   TempDir dir;
   write_random_input(dir.file("in.jsonl"), 20, 50, 3);

@@ -148,6 +148,8 @@ TEST_P(PackedRoundTrip, EveryTokenOnceAndFilesAgree) {
     const auto rows = read_packed_jsonl(jsonl);
     check_rows(rows, plan, store, c.capacity);
     check_binary(bin, rows, plan, store);
+    check_packed_file(jsonl, jsonl, OutputFormat::jsonl, plan, store);
+    check_packed_file(bin, bin, OutputFormat::binary, plan, store);
 
     // Same input, options and seed: byte-identical files.
     const std::string jsonl2 = dir.file("again.jsonl"), bin2 = dir.file("again.bin");
@@ -236,6 +238,54 @@ TEST(PackedFile, RejectsCorruptFiles) {
   std::memcpy(&pieces_at, bytes.data() + 72 + 8 * 6, 8);
   piece[pieces_at + 8 * (3 * plan.pieces.size() - 1)] ^= 1;
   expect_rejected(piece, "disagrees with cu_seqlens");
+}
+
+}  // namespace
+}  // namespace varpack
+
+namespace varpack {
+namespace {
+
+// check_packed_file must catch a wrong token, label, position or piece, in both formats.
+TEST(CheckPackedFile, CatchesTamperedFiles) {
+  TempDir dir;
+  const TokenStore store = random_store(11, 60, 40);
+  PackOptions options;
+  options.capacity = 64;
+  options.overlong = OverlongPolicy::split;
+  const PackPlan plan = plan_packing(store.lengths(), options);
+  const std::string jsonl = dir.file("p.jsonl"), bin = dir.file("p.bin");
+  write_packed(jsonl, OutputFormat::jsonl, plan, store);
+  write_packed(bin, OutputFormat::binary, plan, store);
+  auto expect_caught = [&](const std::string& path, OutputFormat format, const std::string& content,
+                           const std::string& phrase) {
+    testing::write_file(path, content);
+    try {
+      check_packed_file(path, "the file", format, plan, store);
+      FAIL() << phrase;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+    }
+  };
+  const std::string text = read_file(jsonl);
+  // The first row's first label must be -100, its first position 0.
+  std::string label = text;
+  label.replace(label.find("\"labels\":[-100"), 14, "\"labels\":[-101");
+  expect_caught(dir.file("t1.jsonl"), OutputFormat::jsonl, label, "row 0: token 0 of piece 0");
+  std::string position = text;
+  position.replace(position.find("\"position_ids\":[0"), 17, "\"position_ids\":[5");
+  expect_caught(dir.file("t2.jsonl"), OutputFormat::jsonl, position, "row 0: token 0 of piece 0");
+  // A missing last row.
+  const std::string cut = text.substr(0, text.rfind('\n', text.size() - 2) + 1);
+  expect_caught(dir.file("t3.jsonl"), OutputFormat::jsonl, cut, "rows, the plan has");
+  // A token id changed in the binary file: the first token of the input_ids section (byte 192).
+  std::string bytes = read_file(bin);
+  bytes[192] ^= 1;
+  expect_caught(dir.file("t.bin"), OutputFormat::binary, bytes, "row 0: token 0 of piece 0");
+  // A plan that does not match the file.
+  PackPlan other = plan;
+  std::swap(other.pieces.front(), other.pieces.back());
+  EXPECT_THROW(check_packed_file(bin, bin, OutputFormat::binary, other, store), Error);
 }
 
 }  // namespace
