@@ -46,12 +46,15 @@ class SequenceTokenSource final : public varpack::TokenSource {
   }
 
   static Int32Array to_ids(const py::handle& obj, int64_t sample, const char* what) {
-    Int32Array a = Int32Array::ensure(obj);
-    if (!a) {
-      throw py::value_error("sample " + std::to_string(sample) + ": " + what +
-                            " is not convertible to an integer array (" + std::string(py::str(py::type::of(obj))) +
-                            ")");
+    const py::array raw = py::array::ensure(obj);
+    // Casting floats or booleans to token ids would silently change them; an empty list is
+    // float64 to numpy and fine.
+    const char kind = raw ? raw.dtype().kind() : '?';
+    if (!raw || (kind != 'i' && kind != 'u' && raw.size() > 0)) {
+      throw py::value_error("sample " + std::to_string(sample) + ": " + what + " must hold integer token ids, got " +
+                            (raw ? "dtype " + std::string(py::str(raw.dtype())) : std::string(py::str(py::type::of(obj)))));
     }
+    Int32Array a = Int32Array::ensure(raw);
     if (a.ndim() != 1) {
       throw py::value_error("sample " + std::to_string(sample) + ": " + what + " must be 1-D, got " +
                             std::to_string(a.ndim()) + " dimensions");

@@ -297,7 +297,10 @@ def test_only_the_rows_samples_are_read(rng):
     ([{"input_ids": [1, 2, 3], "labels": [1, 2]}, [1, 2, 3]], None, ValueError,
      r"sample 0 has 3 input_ids but 2 labels"),
     ([{"tokens": [1, 2, 3]}, [1, 2, 3]], None, ValueError, r"sample 0 is a mapping without \"input_ids\""),
-    ([np.ones((3, 1)), [1, 2, 3]], None, ValueError, r"sample 0: input_ids must be 1-D, got 2 dimensions"),
+    ([np.ones((3, 1), dtype=np.int32), [1, 2, 3]], None, ValueError, r"sample 0: input_ids must be 1-D, got 2"),
+    ([[1, 2, 3], [1.0, 2.5, 3.0]], None, ValueError, r"sample 1: input_ids must hold integer token ids, got dtype float64"),
+    ([[1, 2, 3], {"input_ids": [1, 2, 3], "labels": ["a", "b", "c"]}], None, ValueError,
+     r"sample 1: labels must hold integer token ids, got dtype <U1"),
     ([[1, 2, 3], [1, 2, 3]], (1, 3), ValueError, r"row range \[1, 3\) is not within the plan's 2 rows"),
     ([[1, 2, 3], [1, 2, 3]], slice(0, 2, 2), ValueError, r"rows must be a contiguous slice, got step 2"),
 ])
