@@ -2,10 +2,9 @@
 // ../attention_op.cpp): the kernels of src/attn/cuda, queued on torch's current stream. No
 // device-to-host copy anywhere: max_seqlen are host ints, cu_seqlens stay on the device, and the
 // rows past cu_seqlens[-1] are filled by small kernels that read cu_seqlens[-1] themselves.
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <limits>
@@ -30,7 +29,7 @@ std::tuple<at::Tensor, at::Tensor> varlen_fwd_cuda(
     double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap) {
   check_forward_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const c10::cuda::CUDAGuard guard(q.device());
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
   rethrow_as_value_error([&] {
@@ -60,7 +59,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_bwd_cuda(
   check_backward_inputs(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k);
   const c10::cuda::CUDAGuard guard(q.device());
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
