@@ -13,7 +13,9 @@
 #define VARPACK_ALWAYS_INLINE inline __attribute__((always_inline))
 
 // AVX-512, AVX2+FMA and baseline SSE2 copies of each tile function, picked at load time by the CPU.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+// -DVARPACK_NO_CPU_CLONES builds one copy for the compiler's target (to test the other copies).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(VARPACK_NO_CPU_CLONES)
 #define VARPACK_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define VARPACK_CPU_CLONES
