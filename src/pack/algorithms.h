@@ -12,11 +12,13 @@
 
 namespace varpack::detail {
 
-// First-fit-decreasing: `sorted` by decreasing length (pieces_by_decreasing_length).
-void pack_first_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan);
-
-// Best-fit-decreasing: `sorted` by decreasing length (pieces_by_decreasing_length).
-void pack_best_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan);
+// First-fit-decreasing and best-fit-decreasing on the pieces of `lengths` in decreasing order.
+void pack_first_fit_decreasing(std::span<const int64_t> lengths, const PackOptions& options,
+                               const PieceTotals& totals, const SortedPieces& sorted,
+                               PackPlan& plan);
+void pack_best_fit_decreasing(std::span<const int64_t> lengths, const PackOptions& options,
+                              const PieceTotals& totals, const SortedPieces& sorted,
+                              PackPlan& plan);
 
 // Best-fit-decreasing on the histogram of lengths (`length_counts` from check_and_count), rows
 // handled in groups of identical content; the same row count as pack_best_fit_decreasing without
@@ -33,9 +35,10 @@ void one_piece_per_row(std::span<const int64_t> lengths, const PackOptions& opti
 void dynamic_batches(std::span<const int64_t> lengths, const PackOptions& options,
                      const PieceTotals& totals, PackPlan& plan);
 
-// Turns a placement (row_of[i] is the row of placed[i]) into compressed rows of width `capacity`;
-// pieces keep their placement order within a row.
-void group_into_rows(std::span<const Piece> placed, std::span<const int64_t> row_of, int64_t rows,
-                     int64_t capacity, PackPlan& plan);
+// Turns a placement (row_of[i] is the row of the i-th piece of `sorted`) into compressed rows of
+// width `capacity`; pieces keep their placement order within a row.
+void group_into_rows(std::span<const int64_t> lengths, const PackOptions& options,
+                     const PieceTotals& totals, const SortedPieces& sorted,
+                     std::span<const int64_t> row_of, int64_t rows, PackPlan& plan);
 
 }  // namespace varpack::detail

@@ -9,57 +9,62 @@
 namespace varpack::detail {
 namespace {
 
-// Capacities too large for a table per free-space value: an ordered set of (free, row).
-int64_t place_with_ordered_set(std::span<const Piece> sorted, int64_t capacity,
-                               std::vector<int64_t>& row_of) {
-  std::set<std::pair<int64_t, int64_t>> rows_by_free;
-  int64_t rows = 0;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const int64_t need = sorted[i].length;
-    auto it = rows_by_free.lower_bound({need, -1});
-    int64_t row = 0;
-    int64_t free = 0;
-    if (it == rows_by_free.end()) {
-      row = rows++;
-      free = capacity;
-    } else {
-      free = it->first;
-      row = it->second;
-      rows_by_free.erase(it);
-    }
-    if (free > need) rows_by_free.insert({free - need, row});
-    row_of[i] = row;
+// For capacities too large for a table per free-space value: the same interface as
+// FreeSpaceIndex over an ordered set of (free, row); ties go to the lowest row.
+class OrderedFreeSpaceIndex {
+ public:
+  void insert(int64_t row, int64_t free) { rows_by_free_.insert({free, row}); }
+  int64_t take_best_fit(int64_t need, int64_t* free) {
+    const auto it = rows_by_free_.lower_bound({need, -1});
+    if (it == rows_by_free_.end()) return -1;
+    *free = it->first;
+    const int64_t row = it->second;
+    rows_by_free_.erase(it);
+    return row;
   }
-  return rows;
-}
 
-int64_t place_with_free_space_index(std::span<const Piece> sorted, int64_t capacity,
-                                    std::vector<int64_t>& row_of) {
-  FreeSpaceIndex index(capacity);
+ private:
+  std::set<std::pair<int64_t, int64_t>> rows_by_free_;
+};
+
+// Places every piece; returns the number of rows. row_of[i] is the row of the i-th piece.
+template <typename RowIndex>
+int64_t best_fit(const SortedPieces& sorted, int64_t capacity, RowIndex& index,
+                 std::vector<int64_t>& row_of) {
   int64_t rows = 0;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const int64_t need = sorted[i].length;
-    int64_t free = 0;
-    int64_t row = index.take_best_fit(need, &free);
-    if (row < 0) {
-      row = rows++;
-      free = capacity;
+  size_t i = 0;
+  for (const auto& [need, count] : sorted.runs) {
+    for (int64_t k = 0; k < count; ++k, ++i) {
+      int64_t free = 0;
+      int64_t row = index.take_best_fit(need, &free);
+      if (row < 0) {
+        row = rows++;
+        free = capacity;
+      }
+      // A full row never fits anything again (every piece has length >= 1): leave it out.
+      if (free > need) index.insert(row, free - need);
+      row_of[i] = row;
     }
-    // A full row never fits anything again (every piece has length >= 1): leave it out.
-    if (free > need) index.insert(row, free - need);
-    row_of[i] = row;
   }
   return rows;
 }
 
 }  // namespace
 
-void pack_best_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan) {
-  std::vector<int64_t> row_of(sorted.size());
-  const int64_t rows = capacity <= kDenseCapacityLimit
-                           ? place_with_free_space_index(sorted, capacity, row_of)
-                           : place_with_ordered_set(sorted, capacity, row_of);
-  group_into_rows(sorted, row_of, rows, capacity, plan);
+void pack_best_fit_decreasing(std::span<const int64_t> lengths, const PackOptions& options,
+                              const PieceTotals& totals, const SortedPieces& sorted,
+                              PackPlan& plan) {
+  const int64_t capacity = options.capacity;
+  std::vector<int64_t> row_of(sorted.sample.size());
+  int64_t rows = 0;
+  if (capacity <= kDenseCapacityLimit) {
+    FreeSpaceIndex index(capacity);
+    rows = best_fit(sorted, capacity, index, row_of);
+  } else {
+    OrderedFreeSpaceIndex index;
+    rows = best_fit(sorted, capacity, index, row_of);
+  }
+  group_into_rows(lengths, options, totals, sorted, row_of, rows, plan);
 }
 
 }  // namespace varpack::detail

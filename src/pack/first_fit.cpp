@@ -106,33 +106,32 @@ class FreeSpaceMaxTree {
 
 }  // namespace
 
-void pack_first_fit_decreasing(std::span<const Piece> sorted, int64_t capacity, PackPlan& plan) {
-  int64_t tokens = 0;
-  for (const Piece& p : sorted) tokens += p.length;
+void pack_first_fit_decreasing(std::span<const int64_t> lengths, const PackOptions& options,
+                               const PieceTotals& totals, const SortedPieces& sorted,
+                               PackPlan& plan) {
+  const int64_t capacity = options.capacity;
   // The lower bound on rows sizes the tree; it grows by doubling if first-fit needs more.
-  FreeSpaceMaxTree tree(static_cast<size_t>(tokens / capacity + 1));
-  std::vector<int64_t> row_of(sorted.size());
-  // The search for the next piece of the same length starts at the last row found (see
-  // FreeSpaceMaxTree); a new length refreshes the tree and starts over from row 0.
-  int64_t previous_need = -1;
-  size_t start = 0;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const int64_t need = sorted[i].length;
-    if (need != previous_need) {
-      tree.refresh();
-      start = 0;
-      previous_need = need;
+  FreeSpaceMaxTree tree(static_cast<size_t>(totals.tokens / capacity + 1));
+  std::vector<int64_t> row_of(sorted.sample.size());
+  size_t i = 0;
+  for (const auto& [need, count] : sorted.runs) {
+    // A new length refreshes the tree and searches from row 0; the next piece of the same
+    // length searches from the last row found (see FreeSpaceMaxTree).
+    tree.refresh();
+    size_t start = 0;
+    for (int64_t k = 0; k < count; ++k, ++i) {
+      int64_t row = tree.first_fit_from(start, need);
+      if (row < 0) {
+        row = tree.open_row(capacity - need);
+      } else {
+        tree.set_free(static_cast<size_t>(row), tree.free(static_cast<size_t>(row)) - need);
+      }
+      row_of[i] = row;
+      start = static_cast<size_t>(row);
     }
-    int64_t row = tree.first_fit_from(start, need);
-    if (row < 0) {
-      row = tree.open_row(capacity - need);
-    } else {
-      tree.set_free(static_cast<size_t>(row), tree.free(static_cast<size_t>(row)) - need);
-    }
-    row_of[i] = row;
-    start = static_cast<size_t>(row);
   }
-  group_into_rows(sorted, row_of, static_cast<int64_t>(tree.rows()), capacity, plan);
+  group_into_rows(lengths, options, totals, sorted, row_of, static_cast<int64_t>(tree.rows()),
+                  plan);
 }
 
 }  // namespace varpack::detail

@@ -208,11 +208,7 @@ void deal(std::span<const int64_t> lengths, const PackOptions& options, const Pi
     });
   }
 
-  // Offsets: 0 unless the sample was split. A split sample's remainder sits at its end; its full
-  // pieces took consecutive capacity-length slots in pass 1, which pass 2 meets in the same order.
-  const bool any_split = totals.split_samples > 0;
-  int64_t last_full_sample = -1;
-  int64_t last_full_offset = 0;
+  PieceOffsets offsets(lengths, capacity, totals.split_samples > 0);
   size_t k = 0;
   for (const RowShape& shape : layout.shapes) {
     for (int64_t r = 0; r < shape.rows; ++r) {
@@ -222,17 +218,7 @@ void deal(std::span<const int64_t> lengths, const PackOptions& options, const Pi
           Index stored;
           std::memcpy(&stored, index + k * sizeof(Index), sizeof(Index));
           const auto sample = static_cast<int64_t>(stored);
-          int64_t offset = 0;
-          if (any_split && lengths[static_cast<size_t>(sample)] > capacity) {
-            if (length < capacity) {
-              offset = lengths[static_cast<size_t>(sample)] - length;
-            } else {
-              offset = sample == last_full_sample ? last_full_offset + capacity : 0;
-              last_full_sample = sample;
-              last_full_offset = offset;
-            }
-          }
-          plan.pieces[k] = {sample, offset, length};
+          plan.pieces[k] = {sample, offsets.next(sample, length), length};
         }
       }
     }

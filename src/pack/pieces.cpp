@@ -64,37 +64,43 @@ void pieces_in_input_order(std::span<const int64_t> lengths, const PackOptions& 
   }
 }
 
-std::vector<Piece> pieces_by_decreasing_length(std::span<const int64_t> lengths,
-                                               const PackOptions& options, int64_t total_pieces) {
-  const int64_t capacity = options.capacity;
-  if (capacity > kDenseCapacityLimit) {
+SortedPieces pieces_by_decreasing_length(std::span<const int64_t> lengths,
+                                         const PackOptions& options, const PieceTotals& totals,
+                                         const std::vector<int64_t>& length_counts) {
+  SortedPieces sorted;
+  if (length_counts.empty()) {
     std::vector<Piece> pieces;
-    pieces_in_input_order(lengths, options, total_pieces, pieces);
+    pieces_in_input_order(lengths, options, totals.pieces, pieces);
     std::stable_sort(pieces.begin(), pieces.end(),
                      [](const Piece& a, const Piece& b) { return a.length > b.length; });
-    return pieces;
+    sorted.sample.reserve(pieces.size());
+    for (const Piece& p : pieces) {
+      sorted.sample.push_back(p.sample);
+      if (sorted.runs.empty() || sorted.runs.back().first != p.length)
+        sorted.runs.push_back({p.length, 0});
+      ++sorted.runs.back().second;
+    }
+    return sorted;
   }
-  // Counting sort: next[l] is where the next piece of length l goes; classes laid out from the
+  // Counting sort: next[l] is where the next piece of length l goes; lengths laid out from the
   // capacity down to 1, each in input order (stable).
+  const int64_t capacity = options.capacity;
   std::vector<int64_t> next(static_cast<size_t>(capacity) + 1, 0);
-  for (const int64_t length : lengths) {
-    for_each_piece(length, capacity, options.overlong,
-                   [&](int64_t, int64_t n) { ++next[static_cast<size_t>(n)]; });
-  }
   int64_t position = 0;
   for (int64_t l = capacity; l >= 1; --l) {
-    const int64_t count = next[static_cast<size_t>(l)];
+    const int64_t count = length_counts[static_cast<size_t>(l)];
+    if (count == 0) continue;
     next[static_cast<size_t>(l)] = position;
     position += count;
+    sorted.runs.push_back({l, count});
   }
-  std::vector<Piece> pieces(static_cast<size_t>(total_pieces));
+  sorted.sample.resize(static_cast<size_t>(totals.pieces));
   for (size_t i = 0; i < lengths.size(); ++i) {
-    for_each_piece(lengths[i], capacity, options.overlong, [&](int64_t offset, int64_t n) {
-      pieces[static_cast<size_t>(next[static_cast<size_t>(n)]++)] = {static_cast<int64_t>(i),
-                                                                     offset, n};
+    for_each_piece(lengths[i], capacity, options.overlong, [&](int64_t, int64_t n) {
+      sorted.sample[static_cast<size_t>(next[static_cast<size_t>(n)]++)] = static_cast<int64_t>(i);
     });
   }
-  return pieces;
+  return sorted;
 }
 
 }  // namespace varpack::detail

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "varpack/pack.h"
@@ -33,11 +34,45 @@ PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions&
 void pieces_in_input_order(std::span<const int64_t> lengths, const PackOptions& options,
                            int64_t total_pieces, std::vector<Piece>& out);
 
-// Pieces by decreasing length; equal lengths keep input order (sample, then offset), so the order
-// is a pure function of the input. A counting sort when the capacity is small enough for a table
-// of one counter per length, a stable comparison sort otherwise.
-std::vector<Piece> pieces_by_decreasing_length(std::span<const int64_t> lengths,
-                                               const PackOptions& options, int64_t total_pieces);
+// Pieces by decreasing length, compactly: the sample of each piece (8 bytes instead of a whole
+// Piece: the decreasing-fit packers' largest temporary) and the runs of equal length. Equal
+// lengths keep input order (sample, then offset), so the order is a pure function of the input.
+// Offsets are implied; PieceOffsets recovers them.
+struct SortedPieces {
+  std::vector<int64_t> sample;                    // one entry per piece
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (length, pieces of that length), longest first
+};
+
+// A counting sort with `length_counts` from check_and_count (capacity <= kDenseCapacityLimit),
+// a stable comparison sort when they are empty.
+SortedPieces pieces_by_decreasing_length(std::span<const int64_t> lengths,
+                                         const PackOptions& options, const PieceTotals& totals,
+                                         const std::vector<int64_t>& length_counts);
+
+// Recovers the offsets of pieces met in SortedPieces order (or any order in which each length's
+// pieces keep their sorted order). A piece's offset is 0 unless its sample was split; then a
+// piece shorter than the capacity is the remainder at the sample's end, and the full pieces of a
+// sample come one after another among the capacity-length pieces, at offsets 0, capacity, ...
+class PieceOffsets {
+ public:
+  PieceOffsets(std::span<const int64_t> lengths, int64_t capacity, bool any_split)
+      : lengths_(lengths), capacity_(capacity), any_split_(any_split) {}
+
+  int64_t next(int64_t sample, int64_t length) {
+    if (!any_split_ || lengths_[static_cast<size_t>(sample)] <= capacity_) return 0;
+    if (length < capacity_) return lengths_[static_cast<size_t>(sample)] - length;
+    last_full_offset_ = sample == last_full_sample_ ? last_full_offset_ + capacity_ : 0;
+    last_full_sample_ = sample;
+    return last_full_offset_;
+  }
+
+ private:
+  std::span<const int64_t> lengths_;
+  int64_t capacity_;
+  bool any_split_;
+  int64_t last_full_sample_ = -1;
+  int64_t last_full_offset_ = 0;
+};
 
 // Largest capacity for which the planner keeps tables indexed by length or free space (8 bytes
 // per entry: 32 MiB at this limit).

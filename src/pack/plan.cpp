@@ -87,19 +87,23 @@ void plan_packing_into(std::span<const int64_t> lengths, const PackOptions& opti
                 std::to_string(detail::kDenseCapacityLimit) + " (got " +
                 std::to_string(options.capacity) +
                 "); use the 'bfd' algorithm for larger capacities");
+  // The packers that order pieces by length get the lengths counted in the validation pass.
+  const bool by_length = options.algorithm == Algorithm::ffd ||
+                         options.algorithm == Algorithm::bfd || histogram;
   std::vector<int64_t> length_counts;
-  const detail::PieceTotals totals =
-      detail::check_and_count(lengths, options, histogram ? &length_counts : nullptr);
+  const detail::PieceTotals totals = detail::check_and_count(
+      lengths, options,
+      by_length && options.capacity <= detail::kDenseCapacityLimit ? &length_counts : nullptr);
   switch (options.algorithm) {
     case Algorithm::ffd:
       detail::pack_first_fit_decreasing(
-          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity,
-          plan);
+          lengths, options, totals,
+          detail::pieces_by_decreasing_length(lengths, options, totals, length_counts), plan);
       break;
     case Algorithm::bfd:
       detail::pack_best_fit_decreasing(
-          detail::pieces_by_decreasing_length(lengths, options, totals.pieces), options.capacity,
-          plan);
+          lengths, options, totals,
+          detail::pieces_by_decreasing_length(lengths, options, totals, length_counts), plan);
       break;
     case Algorithm::histogram:
       detail::pack_histogram(lengths, options, totals, length_counts, plan);

@@ -6,18 +6,26 @@
 
 namespace varpack::detail {
 
-void group_into_rows(std::span<const Piece> placed, std::span<const int64_t> row_of, int64_t rows,
-                     int64_t capacity, PackPlan& plan) {
+void group_into_rows(std::span<const int64_t> lengths, const PackOptions& options,
+                     const PieceTotals& totals, const SortedPieces& sorted,
+                     std::span<const int64_t> row_of, int64_t rows, PackPlan& plan) {
   plan.row_begin.assign(static_cast<size_t>(rows) + 1, 0);
   for (const int64_t r : row_of) ++plan.row_begin[static_cast<size_t>(r) + 1];
   for (int64_t r = 0; r < rows; ++r)
     plan.row_begin[static_cast<size_t>(r) + 1] += plan.row_begin[static_cast<size_t>(r)];
   // A scatter in placement order keeps each row's pieces in the order they were placed.
   std::vector<int64_t> cursor(plan.row_begin.begin(), plan.row_begin.end() - 1);
-  plan.pieces.resize(placed.size());
-  for (size_t i = 0; i < placed.size(); ++i)
-    plan.pieces[static_cast<size_t>(cursor[static_cast<size_t>(row_of[i])]++)] = placed[i];
-  plan.row_width.assign(static_cast<size_t>(rows), capacity);
+  plan.pieces.resize(sorted.sample.size());
+  PieceOffsets offsets(lengths, options.capacity, totals.split_samples > 0);
+  size_t i = 0;
+  for (const auto& [length, count] : sorted.runs) {
+    for (int64_t k = 0; k < count; ++k, ++i) {
+      const int64_t sample = sorted.sample[i];
+      plan.pieces[static_cast<size_t>(cursor[static_cast<size_t>(row_of[i])]++)] = {
+          sample, offsets.next(sample, length), length};
+    }
+  }
+  plan.row_width.assign(static_cast<size_t>(rows), options.capacity);
 }
 
 void one_piece_per_row(std::span<const int64_t> lengths, const PackOptions& options,
