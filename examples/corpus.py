@@ -50,30 +50,34 @@ class Corpus:
         self.heldout = np.concatenate(heldout) if heldout else self.train[:0]
         self.files = len(files)
 
-    def cut(self, lengths, split: str = "train", start: int = 0) -> tuple[list[np.ndarray], int]:
-        """Samples of the given lengths cut one after another from `start` in the split's stream
-        (wrapping around); returns them and the position after the last one."""
+    def cut(self, lengths, split: str = "train", starts=None) -> list[np.ndarray]:
+        """Samples of the given lengths from the split's stream (wrapping around), starting at
+        `starts` (one position per sample), or one after another from 0 when starts is None."""
         stream = self.train if split == "train" else self.heldout
         if len(stream) == 0:
             raise RuntimeError(f"the {split} stream is empty; use more files")
-        samples, position = [], start
-        for n in lengths:
-            body = n - 1
-            indices = (position + np.arange(body)) % len(stream)
+        if starts is None:
+            starts = np.cumsum([0] + [n - 1 for n in lengths[:-1]])
+        samples = []
+        for n, start in zip(lengths, starts):
+            indices = (start + np.arange(n - 1)) % len(stream)
             samples.append(np.concatenate([np.array([BOS], dtype=np.int32), stream[indices]]))
-            position = (position + body) % len(stream)
-        return samples, position
+        return samples
 
 
 def draw_steps(corpus: Corpus, profile: Profile, tokens_per_step: int, steps: int,
                seed: int, split: str = "train") -> list[list[np.ndarray]]:
     """`steps` lists of samples, each list holding as many whole samples as fit in
-    tokens_per_step valid tokens. Every mode of a benchmark trains on these same lists."""
+    tokens_per_step valid tokens. Every mode of a benchmark trains on these same lists.
+    Samples start at random places of the stream: consecutive cuts of the sorted files would
+    feed the model one package after another, and a held-out loss that follows whichever
+    package is current says nothing about packed vs padded training."""
     if tokens_per_step < profile.max_length:
         raise ValueError(f"tokens_per_step={tokens_per_step} is below the profile's longest sample "
                          f"({profile.max_length}); a step must hold at least one sample")
     rng = np.random.default_rng(seed)
-    out, position = [], 0
+    stream = len(corpus.train if split == "train" else corpus.heldout)
+    out = []
     for _ in range(steps):
         lengths, total = [], 0
         while True:
@@ -82,6 +86,5 @@ def draw_steps(corpus: Corpus, profile: Profile, tokens_per_step: int, steps: in
                 break
             lengths.append(n)
             total += n
-        samples, position = corpus.cut(lengths, split, position)
-        out.append(samples)
+        out.append(corpus.cut(lengths, split, rng.integers(0, max(1, stream), size=len(lengths))))
     return out

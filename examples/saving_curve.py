@@ -95,7 +95,7 @@ def whole_step(shape, preset, kernels, corpus, device) -> dict:
     out = {}
     for rate in PADDING_RATES:
         length = max(2, round(width * (1 - rate)))
-        samples, _ = corpus.cut([length] * rows)
+        samples = corpus.cut([length] * rows)
         layouts = {"padded_sdpa": tp.padded_batch(samples, width)}
         for name in kernels:
             layouts[name] = tp.packed_batch(samples, rows * length, name)

@@ -3,7 +3,7 @@ position_ids) trained on the standard library's sources as bytes, in five modes 
 every mode on the same samples per step (same valid tokens) from the same initial weights:
 
   fixed           every sample padded to the profile's longest length, SDPA (cuDNN first on CUDA)
-  dynamic         every sample padded to the step's longest sample, SDPA
+  dynamic         every sample padded to the step's longest sample (rounded up to 8), SDPA
   packed_torch    varpack packing + torch.nn.attention.varlen.varlen_attn (CUDA only)
   packed_varpack  varpack packing + varpack's varlen kernel (attn_implementation="varpack")
   auto            per step, the dynamic-padded or the packed varpack layout, whichever a cost model
@@ -170,12 +170,13 @@ def packed_batch(samples: list, capacity: int, attn: str) -> Batch:
 
 
 def padded_batch(samples: list, width: int | None, attn: str = "sdpa") -> Batch:
-    """Right-padded rows, one sample each, padded to `width` (None: the longest sample). The
-    planner's "none" plan gives one row per sample; the flat tokens are scattered into rows.
-    No attention mask: with causal attention a valid token never sees the padding after it, and
+    """Right-padded rows, one sample each, padded to `width` (None: the longest sample, rounded
+    up to a multiple of 8). The planner's "none" plan gives one row per sample; the flat tokens
+    are scattered into rows. No attention mask: with causal attention a valid token never sees the padding after it, and
     padding has label -100, so losses equal the unpadded ones."""
     lengths = [len(s) for s in samples]
-    width = max(lengths) if width is None else width
+    if width is None:  # dynamic padding, to a multiple of 8 as DataCollatorWithPadding is used
+        width = -(-max(lengths) // 8) * 8
     plan = varpack.plan(lengths, width, algorithm="none")
     built = varpack.build_batch(plan, samples)
     offsets = built["row_offsets"]
@@ -206,20 +207,33 @@ def make_model(layers, hidden, heads, intermediate, max_positions, device, seed)
 
 class Trainer:
     """Model + optimizer; run(batch) does one training step and returns the loss (a tensor, so the
-    host does not wait for it inside timed steps)."""
+    host does not wait for it inside timed steps). The learning rate warms up linearly over
+    `warmup` steps, then decays with a cosine to a tenth over `total` steps (constant if total is
+    None): without warm-up the first steps at full rate spike the loss of the large model."""
 
-    def __init__(self, model, lr, device):
+    def __init__(self, model, lr, device, warmup: int = 10, total: int | None = None):
         self.model = model
         self.device = device
         self.initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         self.lr = lr
+        self.warmup = warmup
+        self.total = total
         self.reset()
+
+    def schedule(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        if self.total is None:
+            return 1.0
+        progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+        return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress))
 
     def reset(self):
         self.model.load_state_dict(self.initial)
         fused = self.device.type == "cuda"
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0,
                                            fused=fused)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
 
     def forward_backward(self, batch: Batch):
         self.model.config._attn_implementation = batch.attn
@@ -233,6 +247,7 @@ class Trainer:
         loss = self.forward_backward(batch)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
+        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss
 
@@ -425,7 +440,8 @@ def parity(args, preset: Preset, corpus: Corpus, device, varlen_attn: str | None
     profile = preset.profiles[0]
     layers, hidden, heads, intermediate = preset.parity_model
     model = make_model(layers, hidden, heads, intermediate, profile.capacity, device, args.seed + 1)
-    trainer = Trainer(model, preset.parity_lr, device)
+    trainer = Trainer(model, preset.parity_lr, device, warmup=preset.parity_steps // 10,
+                      total=preset.parity_steps)
     steps = draw_steps(corpus, profile, preset.parity_tokens_per_step, preset.parity_steps, args.seed + 2)
     eval_samples = draw_steps(corpus, profile, profile.max_length * preset.parity_eval_samples, 1,
                               args.seed + 3, split="heldout")[0][:preset.parity_eval_samples]

@@ -134,7 +134,7 @@ def test_chooser_picks_the_layout():
     padded_collator = PackingCollator(chooser=chooser(PADDED), return_loss_weights=True)
     padded = padded_collator(features)
     assert padded_collator.last_decision.path == PADDED
-    assert padded["input_ids"].shape == padded["labels"].shape == (3, 30)
+    assert padded["input_ids"].shape == padded["labels"].shape == (3, 32)  # 30 rounded up to 8
     assert "cu_seq_lens_q" not in padded and "attention_mask" not in padded
     for row, f in enumerate(features):  # input order, right-padded, prompt labels kept -100
         n = len(f["input_ids"])
@@ -154,6 +154,8 @@ def test_pad_rows():
     assert out.tolist() == [[1, 2, -1, -1], [-1, -1, -1, -1], [3, 4, 5, 6]]
     with pytest.raises(ValueError, match="does not fit"):
         pad_rows(flat, torch.tensor([0, 6]), 4, -1)
+    with pytest.raises(ValueError, match="padded_multiple"):
+        PackingCollator(padded_multiple=0)
 
 
 def tagged_samples(lengths):

@@ -110,7 +110,7 @@ def test_automatic_layouts_give_the_same_losses(model, samples):
     features = [{"input_ids": s} for s in samples]
     padded = PackingCollator(chooser=PathChooser(cheap, dear))(features)
     packed = PackingCollator(chooser=PathChooser(dear, cheap), return_segments=True)(features)
-    assert padded["input_ids"].shape == (len(samples), max(LENGTHS))
+    assert padded["input_ids"].shape == (len(samples), 104)  # 97 rounded up to a multiple of 8
     order = packed.pop("segment_sample")
     for key in ("segment_offset", "row_offsets"):
         packed.pop(key)
