@@ -109,6 +109,26 @@ TEST(PlanPacking, OneHugeSampleSplitsIntoFullPiecesAndARemainder) {
   }
 }
 
+TEST(PlanPacking, SplitSamplesOfExactMultiplesKeepTheirOffsetsApart) {
+  // Consecutive samples made only of full pieces, and a full piece next to a remainder: offsets
+  // are recovered per sample (0, L, 2L, ...), never carried over from the previous sample.
+  const int64_t L = 16;
+  const std::vector<int64_t> lengths = {2 * L, 2 * L, L, 3 * L + 1, 0, 3 * L, L + 1};
+  for (const Algorithm a : kAll) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const PackOptions o = options_for(a, L, OverlongPolicy::split);
+    const PackPlan plan = plan_packing(lengths, o);
+    testing::expect_valid_plan(lengths, o, plan);
+    EXPECT_EQ(plan.stats.split_samples, 5);
+    for (const Piece& p : plan.pieces) {
+      EXPECT_EQ(p.offset % L, 0) << "sample " << p.sample;
+      if (p.length < L) {
+        EXPECT_EQ(p.offset + p.length, lengths[p.sample]);
+      }
+    }
+  }
+}
+
 TEST(PlanPacking, TruncateCountsLostTokens) {
   const std::vector<int64_t> lengths = {100, 250, 99};
   const PackOptions o = options_for(Algorithm::bfd, 100, OverlongPolicy::truncate);
