@@ -83,8 +83,9 @@ struct PackPlan {
 PackPlan plan_packing(std::span<const int64_t> lengths, const PackOptions& options);
 
 // The same plan, written into `plan` with its buffers reused: planning again (say, every epoch)
-// allocates nothing once they have grown, which matters for tens of millions of samples, where
-// touching fresh memory costs more than the packing itself.
+// needs no new memory for the plan once its buffers have grown (shuffle_rows still builds the
+// permuted copy), which matters for tens of millions of samples, where touching fresh memory
+// costs more than the packing itself.
 void plan_packing_into(std::span<const int64_t> lengths, const PackOptions& options,
                        PackPlan& plan);
 
