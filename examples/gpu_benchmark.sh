@@ -6,6 +6,7 @@
 # parity.png, saving_curve.{json,md,png}.
 #
 #   bash examples/gpu_benchmark.sh OUT_DIR [extra train_packed.py options]
+# SAVING_CURVE=0 skips the saving curve; VARPACK_CUDA=0 builds without the CUDA kernels.
 # (with the `run` tool: carry .gpu-deps, and give $OUT as OUT_DIR)
 set -uo pipefail
 out=${1:?give an output folder}
@@ -35,5 +36,5 @@ fi
   echo "== build: $(( $(date +%s) - start )) s"
   python3 -c 'import torch, varpack; print("varpack CUDA kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key("varpack::varlen_fwd", "CUDA"))'
   python3 examples/train_packed.py --out "$out" "$@"
-  python3 examples/saving_curve.py --out "$out"
+  [ "${SAVING_CURVE:-1}" = 0 ] || python3 examples/saving_curve.py --out "$out"
 } 2>&1 | tee "$out/run.log"
