@@ -144,6 +144,42 @@ TEST(PackingReference, AdversarialLengthSets) {
   }
 }
 
+TEST(PackingReference, BaselinesAreOnePiecePerRowInInputOrder) {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t capacity = 1 + static_cast<int64_t>(rng() % 100);
+    std::vector<int64_t> lengths(rng() % 200);
+    for (auto& l : lengths) l = static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * capacity + 1));
+    PackOptions o;
+    o.capacity = capacity;
+    o.overlong = OverlongPolicy::split;
+    o.batch_size = 1 + static_cast<int64_t>(rng() % 7);
+    // Reference: the pieces in input order, one per row; fixed padding pads to the capacity,
+    // dynamic padding to the longest piece of each batch of batch_size consecutive pieces.
+    std::vector<Piece> pieces;
+    for (size_t s = 0; s < lengths.size(); ++s)
+      for (int64_t off = 0; off < lengths[s]; off += capacity)
+        pieces.push_back({static_cast<int64_t>(s), off, std::min(capacity, lengths[s] - off)});
+    std::vector<int64_t> dynamic_widths(pieces.size());
+    for (size_t first = 0; first < pieces.size(); first += static_cast<size_t>(o.batch_size)) {
+      const size_t last = std::min(pieces.size(), first + static_cast<size_t>(o.batch_size));
+      int64_t widest = 0;
+      for (size_t i = first; i < last; ++i) widest = std::max(widest, pieces[i].length);
+      for (size_t i = first; i < last; ++i) dynamic_widths[i] = widest;
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    o.algorithm = Algorithm::none;
+    const PackPlan fixed = plan_packing(lengths, o);
+    EXPECT_EQ(fixed.pieces, pieces);
+    EXPECT_EQ(fixed.row_width, std::vector<int64_t>(pieces.size(), capacity));
+    o.algorithm = Algorithm::dynamic;
+    const PackPlan dynamic = plan_packing(lengths, o);
+    EXPECT_EQ(dynamic.pieces, pieces);
+    EXPECT_EQ(dynamic.row_width, dynamic_widths);
+    for (int64_t r = 0; r <= dynamic.rows(); ++r) EXPECT_EQ(dynamic.row_begin[r], r);
+  }
+}
+
 TEST(PackingReference, CapacitiesAboveTheDenseTableLimit) {
   std::mt19937_64 rng(4);
   const int64_t capacity = (int64_t{1} << 22) + 12345;
