@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>

@@ -1,7 +1,8 @@
 """Runs the packing benchmark and its Python peer in one go and prints the ratios.
 
     .venv/bin/python bench/pack/run_pack_bench.py [--binary build/bench/pack/pack_bench]
-        [--peer-samples 1000000] [--sizes 1000000,10000000] [--repeats 3] [--json OUT.json]
+        [--peer-samples 1000000] [--sizes 1000000,10000000] [--profiles report,longtail]
+        [--histogram-samples 16000000] [--repeats 3] [--json OUT.json]
 
 1. For each profile, pack_bench writes its first --peer-samples lengths (seed 0, the lengths the
    benchmark packs) to a temporary file; the Python best-fit-decreasing peer
