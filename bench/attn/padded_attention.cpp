@@ -7,13 +7,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attn/cpu/attention_cpu_forward.h"
-#include "attn/cpu/work_list.h"
+#include "attn/cpu/tiling.h"
 
 namespace varpack::bench {
 namespace {
 
-VARPACK_CPU_CLONES void padded_task(const PaddedBatch& pb, const cpu::Task& task) {
+void padded_task(const PaddedBatch& pb, const cpu::Task& task) {
   const int64_t d = pb.head_dim, L = pb.seq_len, len = pb.lengths[task.seq];
   const int kv_head = task.head / (pb.heads / pb.kv_heads);
   const int64_t q_stride = pb.heads * d, kv_stride = pb.kv_heads * d;
@@ -21,11 +20,17 @@ VARPACK_CPU_CLONES void padded_task(const PaddedBatch& pb, const cpu::Task& task
   cpu::QueryTileKeys keys;  // key-padding mask, and top-left causal (tokens start at position 0)
   keys.n = task.end - task.begin;
   for (int64_t r = 0; r < keys.n; ++r) keys.key_end[r] = std::min(len, pb.causal ? task.begin + r + 1 : L);
-  cpu::forward_rows<float>({pb.q + first * q_stride + task.head * d, q_stride},
-                           {pb.k + task.seq * L * kv_stride + kv_head * d, kv_stride},
-                           {pb.v + task.seq * L * kv_stride + kv_head * d, kv_stride},
-                           {pb.out + first * q_stride + task.head * d, q_stride}, nullptr, keys, L,
-                           pb.causal ? task.end : L, d, 1.0f / std::sqrt(static_cast<float>(d)), 0.0f);
+  cpu::cpu_kernels().forward_rows_f32({{pb.q + first * q_stride + task.head * d, q_stride},
+                                       {pb.k + task.seq * L * kv_stride + kv_head * d, kv_stride},
+                                       {pb.v + task.seq * L * kv_stride + kv_head * d, kv_stride},
+                                       {pb.out + first * q_stride + task.head * d, q_stride},
+                                       nullptr,
+                                       &keys,
+                                       L,
+                                       pb.causal ? task.end : L,
+                                       d,
+                                       1.0f / std::sqrt(static_cast<float>(d)),
+                                       0.0f});
 }
 
 }  // namespace

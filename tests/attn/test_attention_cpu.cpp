@@ -281,6 +281,37 @@ TEST(AttentionCpu, RandomConfigurations) {
   }
 }
 
+// Every instruction-set level the CPU runs (the kernels are compiled once per level with its own
+// vector width), selected through VARPACK_CPU_ISA; levels the CPU lacks fall back to the next one.
+TEST(AttentionCpu, EveryInstructionSetLevel) {
+  for (const char* isa : {"x86-64-v4", "x86-64-v3", "baseline"}) {
+    setenv("VARPACK_CPU_ISA", isa, 1);
+    for (const Mask& m : {kMasks[1], kMasks[2], kMasks[5]}) {
+      Shape s;
+      s.q_lens = {1, 70, 0, 33};
+      s.k_lens = {5, 70, 2, 20};
+      s.heads = 6;
+      s.kv_heads = 2;
+      s.head_dim = 37;
+      s.causal = m.causal;
+      s.window_left = m.left;
+      s.window_right = m.right;
+      s.softcap = m.softcap;
+      SCOPED_TRACE(std::string(isa) + " " + m.name);
+      check_against_reference<float>(s, 21);
+      check_against_reference<double>(s, 22);
+    }
+  }
+  unsetenv("VARPACK_CPU_ISA");
+  setenv("VARPACK_CPU_ISA", "avx9", 1);
+  Shape s;
+  s.q_lens = {4};
+  const Problem<float> prob(s, 23);
+  Outputs<float> o = prob.poisoned_outputs();
+  EXPECT_THROW(attention_forward_cpu(prob.forward_params(o)), Error);
+  unsetenv("VARPACK_CPU_ISA");
+}
+
 TEST(AttentionCpu, RejectsUnsupportedDtype) {
   Shape s;
   s.q_lens = {4};

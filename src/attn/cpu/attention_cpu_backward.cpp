@@ -3,221 +3,17 @@
 // passes with disjoint outputs: pass 1 (tasks over query tiles) writes dq and D = rowsum(dout * out);
 // pass 2 (tasks over key tiles of one kv head) writes dk and dv, summing over the group's query
 // heads and query tiles in a fixed order. The second pass recomputes the scores once more: 7 tile
-// products instead of 5, the price of a fixed summation order. Tiles are [key][query] as in the
-// forward (attention_tiles.h), so K and V are read in place.
-#include <cmath>
-#include <limits>
+// products instead of 5, the price of a fixed summation order. The tile code is in backward_tile.h.
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
-#include "attention_tiles.h"
-#include "work_list.h"
+#include "tiling.h"
 #include "varpack/error.h"
 
 namespace varpack {
 namespace cpu {
 namespace {
-
-// Per-row values pass 1 computes for pass 2, [heads, total_q]: D = rowsum(dout * out) and, in f64
-// only, the log-sum-exp recomputed in double (the saved one is float32, too coarse for gradcheck).
-template <typename T>
-struct RowStats {
-  T* dsum;
-  T* lse;  // null: use the forward's
-};
-
-// The query side of a step: (scale * q)^T and dout^T for the score and dP tiles; scale * q and
-// dout row-major for dk and dv (pass 2 only); lse and D as lane vectors (+inf and 0 past the rows,
-// so those lanes get P = 0).
-template <typename T>
-struct QueryTile {
-  std::vector<T> qt, dot, qs, dos;
-  alignas(kVectorBytes) T lse[kBlockQ];
-  alignas(kVectorBytes) T dsum[kBlockQ];
-  int64_t rows = 0;
-
-  QueryTile(int64_t d, bool row_major)
-      : qt(d * kBlockQ), dot(d * kBlockQ), qs(row_major ? kBlockQ * padded_dim<T>(d) : 0),
-        dos(row_major ? kBlockQ * padded_dim<T>(d) : 0) {}
-
-  void load(const AttentionBackwardParams& p, const SequenceBounds& sb, int head, int64_t first, int64_t n,
-            RowStats<const T> stats) {
-    rows = n;
-    const int64_t d = p.head_dim, dp = padded_dim<T>(d), t0 = sb.q_begin + first;
-    const auto q = head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, head);
-    const auto dout = head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, head);
-    const T scale = static_cast<T>(p.softmax_scale);
-    load_rows_transposed<T>(qt.data(), q, t0, n, d, scale);
-    load_rows_transposed<T>(dot.data(), dout, t0, n, d, T(1));
-    if (!qs.empty()) {
-      load_rows<T>(qs.data(), dp, q, t0, n, d, scale);
-      load_rows<T>(dos.data(), dp, dout, t0, n, d, T(1));
-    }
-    for (int64_t r = 0; r < kBlockQ; ++r) {
-      lse[r] = std::numeric_limits<T>::infinity();
-      dsum[r] = T(0);
-      if (r >= n) continue;
-      const int64_t t = t0 + r;
-      lse[r] = stats.lse != nullptr ? stats.lse[head * p.total_q + t]
-                                    : static_cast<T>(p.lse[head * p.lse_head_stride + t]);
-      dsum[r] = stats.dsum[head * p.total_q + t];
-    }
-  }
-};
-
-// Per (query tile, key tile): st becomes P^T = exp(s - lse) and dst becomes dS^T = P (dP - D),
-// times softcap's derivative 1 - tanh^2: the gradient with respect to scale * q.k.
-template <typename T>
-VARPACK_ALWAYS_INLINE void probs_and_dscores(const AttentionBackwardParams& p, const QueryTile<T>& qt,
-                                             HeadRows<const T> k, HeadRows<const T> v, const TileMask<T>& mask,
-                                             int64_t kn, T* st, T* tanh_st, T* dst) {
-  using V = typename Simd<T>::V;
-  constexpr int W = Simd<T>::width;
-  const int64_t d = p.head_dim;
-  tile_scores<T>(st, tanh_st, k, qt.qt.data(), d, mask, kn, static_cast<T>(p.softcap));
-  gemm<T>(dst, kBlockQ, v.row(0), v.row_stride, 1, qt.dot.data(), kBlockQ, kn, mask.query_vectors * W, d,
-          false);  // dP^T
-  for (int v_i = 0; v_i < mask.query_vectors; ++v_i) {
-    V lse, dsum;
-    load<T>(lse, qt.lse + v_i * W);
-    load<T>(dsum, qt.dsum + v_i * W);
-    for (int64_t j = 0; j < kn; ++j) {
-      const int64_t e = j * kBlockQ + v_i * W;
-      V x, dpv;
-      load<T>(x, st + e);
-      load<T>(dpv, dst + e);
-      V prob = x - lse;  // lse = +inf (no visible key) gives -inf and P = 0
-      exp_in_place(prob);
-      V ds = prob * (dpv - dsum);
-      if (p.softcap > 0) {
-        V t;
-        load<T>(t, tanh_st + e);
-        ds *= 1 - t * t;
-      }
-      store<T>(st + e, prob);
-      store<T>(dst + e, ds);
-    }
-  }
-}
-
-template <typename T>
-HeadRows<const T> sequence_rows(const void* data, int64_t row_stride, int64_t head_stride, int head, int64_t first) {
-  HeadRows<const T> h = head_rows<const T>(data, row_stride, head_stride, head);
-  h.data += first * row_stride;
-  return h;
-}
-
-// The log-sum-exp of each row of a query tile, recomputed in T from the scores (f64 only).
-template <typename T>
-VARPACK_ALWAYS_INLINE void recompute_lse(const AttentionBackwardParams& p, HeadRows<const T> k, int64_t k_len,
-                                         const QueryTile<T>& qt, const QueryTileKeys& keys, T* lse_out) {
-  std::vector<T> st(kBlockK * kBlockQ), tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0);
-  OnlineSoftmax<T> softmax;
-  for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
-    const int64_t kn = std::min<int64_t>(kBlockK, k_len - j0);
-    const TileMask<T> mask(keys, j0, kn);
-    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.qt.data(), p.head_dim, mask, kn,
-                   static_cast<T>(p.softcap));
-    softmax.step(st.data(), kn, mask.query_vectors);
-  }
-  for (int64_t r = 0; r < keys.n; ++r) {
-    const T l = softmax.sum_of(r);
-    lse_out[r] = l > 0 ? softmax.max_of(r) + std::log(l) : std::numeric_limits<T>::infinity();
-  }
-}
-
-// Pass 1: dq for kBlockQ query rows of one head, and the row stats of the same rows.
-template <typename T>
-VARPACK_ALWAYS_INLINE void dq_task(const AttentionBackwardParams& p, const Task& task, RowStats<T> stats) {
-  const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, task.seq);
-  const int kv_head = task.head / (p.heads / p.kv_heads);
-  const int64_t d = p.head_dim, dp = padded_dim<T>(d), rows = task.end - task.begin;
-  const auto out = head_rows<const T>(p.out, p.out_row_stride, p.out_head_stride, task.head);
-  const auto dout = head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, task.head);
-  const auto dq = head_rows<T>(p.dq, p.dq_row_stride, p.dq_head_stride, task.head);
-  const auto k = sequence_rows<T>(p.k, p.k_row_stride, p.k_head_stride, kv_head, sb.k_begin);
-  const auto v = sequence_rows<T>(p.v, p.v_row_stride, p.v_head_stride, kv_head, sb.k_begin);
-  for (int64_t r = 0; r < rows; ++r) {
-    // D in double: it is a difference of nearly equal terms in dP - D.
-    const int64_t t = sb.q_begin + task.begin + r;
-    const T* o = out.row(t);
-    const T* g = dout.row(t);
-    double sum = 0;
-    for (int64_t c = 0; c < d; ++c) sum += static_cast<double>(o[c]) * static_cast<double>(g[c]);
-    stats.dsum[task.head * p.total_q + t] = static_cast<T>(sum);
-  }
-  const QueryTileKeys keys(sb, p, task.begin, rows);
-  QueryTile<T> qt(d, false);
-  if (stats.lse != nullptr) {
-    qt.load(p, sb, task.head, task.begin, rows, {stats.dsum, nullptr});
-    recompute_lse<T>(p, k, sb.k_len, qt, keys, stats.lse + task.head * p.total_q + sb.q_begin + task.begin);
-  }
-  qt.load(p, sb, task.head, task.begin, rows, {stats.dsum, stats.lse});
-  std::vector<T> dq_acc(rows * dp, T(0)), st(kBlockK * kBlockQ), tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0),
-      dst(kBlockK * kBlockQ), k_scratch;
-  for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
-    const int64_t kn = std::min<int64_t>(kBlockK, sb.k_len - j0);
-    probs_and_dscores<T>(p, qt, {k.row(j0), k.row_stride}, {v.row(j0), v.row_stride}, TileMask<T>(keys, j0, kn), kn,
-                         st.data(), tanh_st.data(), dst.data());
-    const RowsOperand<T> kr = rows_operand<T>(k, j0, kn, d, k_scratch);
-    // dQ[r][c] += sum_j dS[j][r] K[j][c]: A is dS^T read transposed.
-    gemm<T>(dq_acc.data(), dp, dst.data(), 1, kBlockQ, kr.data, kr.ld, rows, dp, kn, true);
-  }
-  const T scale = static_cast<T>(p.softmax_scale);
-  for (int64_t r = 0; r < rows; ++r) {
-    T* g = dq.row(sb.q_begin + task.begin + r);
-    for (int64_t c = 0; c < d; ++c) g[c] = scale * dq_acc[r * dp + c];
-  }
-}
-
-// Pass 2: dk and dv for kBlockK keys of one kv head, over every query head of its group and every
-// query tile that sees the keys, in increasing order.
-template <typename T>
-VARPACK_ALWAYS_INLINE void dkv_task(const AttentionBackwardParams& p, const Task& task, RowStats<const T> stats) {
-  const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, task.seq);
-  const int group = p.heads / p.kv_heads;
-  const int64_t d = p.head_dim, dp = padded_dim<T>(d), j0 = task.begin, kn = task.end - task.begin;
-  const auto k = sequence_rows<T>(p.k, p.k_row_stride, p.k_head_stride, task.head, sb.k_begin + j0);
-  const auto v = sequence_rows<T>(p.v, p.v_row_stride, p.v_head_stride, task.head, sb.k_begin + j0);
-  QueryTile<T> qt(d, true);
-  std::vector<T> dk_acc(kn * dp, T(0)), dv_acc(kn * dp, T(0)), st(kBlockK * kBlockQ),
-      tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0), dst(kBlockK * kBlockQ);
-  for (int h = task.head * group; h < (task.head + 1) * group; ++h) {
-    for (int64_t first = 0; first < sb.q_len; first += kBlockQ) {
-      const int64_t rows = std::min<int64_t>(kBlockQ, sb.q_len - first);
-      const QueryTileKeys keys(sb, p, first, rows);
-      if (!keys.sees_any(j0, j0 + kn)) continue;
-      qt.load(p, sb, h, first, rows, stats);
-      probs_and_dscores<T>(p, qt, k, v, TileMask<T>(keys, j0, kn), kn, st.data(), tanh_st.data(), dst.data());
-      // dV[j][c] += sum_r P[j][r] dout[r][c] and dK[j][c] += sum_r dS[j][r] (scale q)[r][c].
-      gemm<T>(dv_acc.data(), dp, st.data(), kBlockQ, 1, qt.dos.data(), dp, kn, dp, rows, true);
-      gemm<T>(dk_acc.data(), dp, dst.data(), kBlockQ, 1, qt.qs.data(), dp, kn, dp, rows, true);
-    }
-  }
-  const auto dk = head_rows<T>(p.dk, p.dk_row_stride, p.dk_head_stride, task.head);
-  const auto dv = head_rows<T>(p.dv, p.dv_row_stride, p.dv_head_stride, task.head);
-  for (int64_t j = 0; j < kn; ++j) {
-    T* dkj = dk.row(sb.k_begin + j0 + j);
-    T* dvj = dv.row(sb.k_begin + j0 + j);
-    for (int64_t c = 0; c < d; ++c) {
-      dkj[c] = dk_acc[j * dp + c];
-      dvj[c] = dv_acc[j * dp + c];
-    }
-  }
-}
-
-VARPACK_CPU_CLONES void dq_task_f32(const AttentionBackwardParams& p, const Task& t, RowStats<float> stats) {
-  dq_task<float>(p, t, stats);
-}
-VARPACK_CPU_CLONES void dq_task_f64(const AttentionBackwardParams& p, const Task& t, RowStats<double> stats) {
-  dq_task<double>(p, t, stats);
-}
-VARPACK_CPU_CLONES void dkv_task_f32(const AttentionBackwardParams& p, const Task& t, RowStats<const float> stats) {
-  dkv_task<float>(p, t, stats);
-}
-VARPACK_CPU_CLONES void dkv_task_f64(const AttentionBackwardParams& p, const Task& t, RowStats<const double> stats) {
-  dkv_task<double>(p, t, stats);
-}
 
 std::vector<Task> dq_tasks(const AttentionParams& p) {
   std::vector<Task> tasks;
@@ -256,7 +52,7 @@ std::vector<Task> dkv_tasks(const AttentionParams& p) {
 }
 
 template <typename T, typename DqTask, typename DkvTask>
-void backward(const AttentionBackwardParams& p, int num_threads, DqTask dq_task_fn, DkvTask dkv_task_fn) {
+void backward(const AttentionBackwardParams& p, int num_threads, DqTask* dq_task_fn, DkvTask* dkv_task_fn) {
   const size_t rows = static_cast<size_t>(p.heads) * p.total_q;
   std::vector<T> dsum(rows), lse(std::is_same_v<T, double> ? rows : 0);
   const RowStats<T> stats{dsum.data(), lse.empty() ? nullptr : lse.data()};
@@ -272,8 +68,14 @@ void attention_backward_cpu(const AttentionBackwardParams& params, int num_threa
   check_attention_backward_params(params);
   check_host_seqlens(params);
   switch (params.dtype) {
-    case DType::f32: return cpu::backward<float>(params, num_threads, cpu::dq_task_f32, cpu::dkv_task_f32);
-    case DType::f64: return cpu::backward<double>(params, num_threads, cpu::dq_task_f64, cpu::dkv_task_f64);
+    case DType::f32: {
+      const cpu::CpuKernels& k = cpu::cpu_kernels();
+      return cpu::backward<float>(params, num_threads, k.dq_f32, k.dkv_f32);
+    }
+    case DType::f64: {
+      const cpu::CpuKernels& k = cpu::cpu_kernels();
+      return cpu::backward<double>(params, num_threads, k.dq_f64, k.dkv_f64);
+    }
     default:
       throw Error("attention: attention_backward_cpu supports dtype f32 and f64 only; convert the inputs");
   }

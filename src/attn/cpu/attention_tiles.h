@@ -1,8 +1,8 @@
 // The tile steps shared by the CPU forward and backward. Score tiles are stored transposed,
 // [key][query], and computed as K * Q^T: K and V rows are then read in place (no copy or
 // transpose per key tile; Q^T is built once per task), and the softmax runs vertically, one vector
-// holding kBlockQ / width queries. Also: which keys each query row may see (from SequenceBounds)
-// and the online-softmax step the forward and the f64 backward share.
+// holding kBlockQ / width queries. Also the online-softmax step the forward and the f64 backward
+// share. Included by the ISA translation units only (see tile_math.h).
 #pragma once
 
 #include <algorithm>
@@ -11,23 +11,9 @@
 #include <vector>
 
 #include "tile_math.h"
-#include "varpack/attention.h"
-#include "varpack/attention_bounds.h"
 
 namespace varpack::cpu {
-
-// One head of a [rows, heads, head_dim] tensor.
-template <typename T>
-struct HeadRows {
-  T* data;
-  int64_t row_stride;
-  T* row(int64_t t) const { return data + t * row_stride; }
-};
-
-template <typename T, typename P>
-HeadRows<T> head_rows(P* data, int64_t row_stride, int64_t head_stride, int64_t head) {
-  return {static_cast<T*>(data) + head * head_stride, row_stride};
-}
+namespace {
 
 // dst[r][0..ld) = scale * src.row(first + r), zero past head_dim; r < n.
 template <typename T>
@@ -70,26 +56,6 @@ VARPACK_ALWAYS_INLINE RowsOperand<T> rows_operand(HeadRows<const T> src, int64_t
   return {scratch.data(), dp};
 }
 
-// Which keys rows [first, first + n) see: row r sees [key_begin[r], key_end[r]). Both bounds grow
-// with the row, so the tile as a whole sees [key_begin[0], key_end[n - 1]).
-struct QueryTileKeys {
-  int64_t key_begin[kBlockQ] = {};
-  int64_t key_end[kBlockQ] = {};
-  int64_t n = 0;
-
-  QueryTileKeys() = default;
-  QueryTileKeys(const SequenceBounds& sb, const AttentionParams& p, int64_t first, int64_t rows) : n(rows) {
-    for (int64_t r = 0; r < n; ++r) {
-      key_begin[r] = sb.key_begin(first + r, p.window_left);
-      key_end[r] = sb.key_end(first + r, p.causal, p.window_right);
-    }
-  }
-  int64_t lo() const { return key_begin[0]; }
-  int64_t hi() const { return key_end[n - 1]; }
-  bool sees_any(int64_t j0, int64_t j1) const { return lo() < j1 && hi() > j0 && lo() < hi(); }
-  int64_t first_tile() const { return lo() / kBlockK * kBlockK; }  // key tiles start at multiples of kBlockK
-};
-
 // The visible keys of each query of a tile, relative to the key tile [j0, j0 + kn), as lane
 // vectors: query i sees local key j iff lo_i <= j < hi_i. Queries past the tile's rows see none.
 // Only the first query_vectors vectors hold real queries: a short sequence's tile computes no more.
@@ -101,7 +67,7 @@ struct TileMask {
   bool all_visible = true;
   int query_vectors;
 
-  TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn) : query_vectors(static_cast<int>((keys.n + W - 1) / W)) {
+  VARPACK_ALWAYS_INLINE TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn) : query_vectors(static_cast<int>((keys.n + W - 1) / W)) {
     for (int64_t i = 0; i < kBlockQ; ++i) {
       int64_t a = kBlockK, e = 0;
       if (i < keys.n) {
@@ -160,7 +126,7 @@ struct OnlineSoftmax {
   V m[kBlockQ / W], l[kBlockQ / W];
   T alpha[kBlockQ];
 
-  OnlineSoftmax() {
+  VARPACK_ALWAYS_INLINE OnlineSoftmax() {
     for (int v = 0; v < kBlockQ / W; ++v) {
       m[v] = V{} - std::numeric_limits<T>::infinity();
       l[v] = V{};
@@ -195,8 +161,9 @@ struct OnlineSoftmax {
       store<T>(alpha + v * W, a);
     }
   }
-  T max_of(int64_t i) const { return m[i / W][i % W]; }
-  T sum_of(int64_t i) const { return l[i / W][i % W]; }
+  VARPACK_ALWAYS_INLINE T max_of(int64_t i) const { return m[i / W][i % W]; }
+  VARPACK_ALWAYS_INLINE T sum_of(int64_t i) const { return l[i / W][i % W]; }
 };
 
+}  // namespace
 }  // namespace varpack::cpu

@@ -1,7 +1,9 @@
-// The forward of one query tile, apart from where its rows come from, so the benchmark's padded
-// dense peer runs the very same code with its own mask.
+// The forward of one query tile (FlashAttention's online softmax over the key tiles the rows may
+// see), and of one task of the varlen forward. The benchmark's padded dense peer calls the same
+// tile code with its own mask (ForwardRows in tiling.h). Included by the ISA translation units.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -9,21 +11,22 @@
 #include "attention_tiles.h"
 
 namespace varpack::cpu {
+namespace {
 
-// Rows q.row(0..n) (n = keys.n <= kBlockQ) against keys k.row(j), v.row(j), j < k_len, query r
-// seeing [keys.key_begin[r], keys.key_end[r]). Walks the key tiles up to walk_end (varlen: the last
-// visible key; a dense kernel: the padded length). Writes out.row(r) and lse[r] (if lse is not null).
+// See ForwardRows (tiling.h).
 template <typename T>
-VARPACK_ALWAYS_INLINE void forward_rows(HeadRows<const T> q, HeadRows<const T> k, HeadRows<const T> v, HeadRows<T> out,
-                                        float* lse, const QueryTileKeys& keys, int64_t k_len, int64_t walk_end,
-                                        int64_t d, T scale, T softcap) {
+VARPACK_ALWAYS_INLINE void forward_rows(const ForwardRows<T>& a) {
+  const QueryTileKeys& keys = *a.keys;
+  const HeadRows<const T> q = a.q, k = a.k, v = a.v;
+  const int64_t d = a.head_dim;
+  const T softcap = a.softcap;
   const int64_t dp = padded_dim<T>(d), rows = keys.n;
   std::vector<T> qt(d * kBlockQ), o(rows * dp, T(0)), st(kBlockK * kBlockQ),
       tanh_st(softcap > 0 ? kBlockK * kBlockQ : 0), v_scratch;
-  load_rows_transposed<T>(qt.data(), q, 0, rows, d, scale);
+  load_rows_transposed<T>(qt.data(), q, 0, rows, d, a.scale);
   OnlineSoftmax<T> softmax;
-  for (int64_t j0 = keys.first_tile(); j0 < walk_end; j0 += kBlockK) {
-    const int64_t kn = std::min<int64_t>(kBlockK, k_len - j0);
+  for (int64_t j0 = keys.first_tile(); j0 < a.walk_end; j0 += kBlockK) {
+    const int64_t kn = std::min<int64_t>(kBlockK, a.k_len - j0);
     const TileMask<T> mask(keys, j0, kn);
     tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.data(), d, mask, kn, softcap);
     softmax.step(st.data(), kn, mask.query_vectors);
@@ -37,17 +40,37 @@ VARPACK_ALWAYS_INLINE void forward_rows(HeadRows<const T> q, HeadRows<const T> k
     gemm<T>(o.data(), dp, st.data(), 1, kBlockQ, vt.data, vt.ld, rows, dp, kn, true);
   }
   for (int64_t r = 0; r < rows; ++r) {
-    T* dst = out.row(r);
+    T* dst = a.out.row(r);
     const T l = softmax.sum_of(r);
     if (l == T(0)) {  // the row sees no key: out = 0, lse = +inf
       for (int64_t c = 0; c < d; ++c) dst[c] = T(0);
-      if (lse != nullptr) lse[r] = std::numeric_limits<float>::infinity();
+      if (a.lse != nullptr) a.lse[r] = std::numeric_limits<float>::infinity();
       continue;
     }
     const T* orow = o.data() + r * dp;
     for (int64_t c = 0; c < d; ++c) dst[c] = orow[c] / l;
-    if (lse != nullptr) lse[r] = static_cast<float>(softmax.max_of(r) + std::log(l));
+    if (a.lse != nullptr) a.lse[r] = static_cast<float>(softmax.max_of(r) + std::log(l));
   }
 }
 
+// A task of the varlen forward: kBlockQ query rows [task.begin, task.end) of one (sequence, head).
+template <typename T>
+VARPACK_ALWAYS_INLINE void forward_task(const AttentionParams& p, const Task& task) {
+  const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, task.seq);
+  const int kv_head = task.head / (p.heads / p.kv_heads);
+  const int64_t first = sb.q_begin + task.begin;
+  auto q = head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, task.head);
+  auto k = head_rows<const T>(p.k, p.k_row_stride, p.k_head_stride, kv_head);
+  auto v = head_rows<const T>(p.v, p.v_row_stride, p.v_head_stride, kv_head);
+  auto out = head_rows<T>(p.out, p.out_row_stride, p.out_head_stride, task.head);
+  q.data += first * q.row_stride;
+  out.data += first * out.row_stride;
+  k.data += sb.k_begin * k.row_stride;
+  v.data += sb.k_begin * v.row_stride;
+  const QueryTileKeys keys(sb, p, task.begin, task.end - task.begin);
+  forward_rows<T>({q, k, v, out, p.lse + task.head * p.lse_head_stride + first, &keys, sb.k_len, keys.hi(),
+                   p.head_dim, static_cast<T>(p.softmax_scale), static_cast<T>(p.softcap)});
+}
+
+}  // namespace
 }  // namespace varpack::cpu

@@ -1,8 +1,9 @@
 // The vector arithmetic of the CPU attention tiles: one register-blocked matrix-multiply micro-kernel
 // (every product of the forward and backward is C (+)= A * B with B row-major) and a vector exp and
-// tanh. Written with GCC vector extensions so it needs no -march flag: the callers are compiled
-// once per x86-64 level with target_clones and these always-inline helpers take the caller's
-// instruction set.
+// tanh, written with GCC vector extensions. Included only by the ISA translation units
+// (kernels_*.cpp), each of which sets the vector width native to its level and compiles its entry
+// points for that level; everything here is always-inline, so it takes the entry point's
+// instruction set, and sits in an unnamed namespace, so the levels' copies never mix at link time.
 #pragma once
 
 #include <cmath>
@@ -10,24 +11,23 @@
 #include <cstring>
 #include <limits>
 
-#define VARPACK_ALWAYS_INLINE inline __attribute__((always_inline))
+#include "tiling.h"
 
-// AVX-512, AVX2+FMA and baseline SSE2 copies of each tile function, picked at load time by the CPU.
-// -DVARPACK_NO_CPU_CLONES builds one copy for the compiler's target (to test the other copies).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
-    !defined(VARPACK_NO_CPU_CLONES)
-#define VARPACK_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define VARPACK_CPU_CLONES
+#if !defined(VARPACK_VECTOR_BYTES) || !defined(VARPACK_ROW_VECTORS)
+#error "tile_math.h is included by the kernels_*.cpp files, which set VARPACK_VECTOR_BYTES and VARPACK_ROW_VECTORS"
 #endif
 
-namespace varpack::cpu {
+#define VARPACK_ALWAYS_INLINE inline __attribute__((always_inline))
 
-// Tile sizes: kBlockQ query rows per task, kBlockK keys per inner tile. 64 x 64 keeps a task's
-// working set (Q^T, O and the scores; K and V are read in place) within L2 up to head_dim 256.
-inline constexpr int kBlockQ = 64;
-inline constexpr int kBlockK = 64;
-inline constexpr int kVectorBytes = 64;
+namespace varpack::cpu {
+namespace {
+
+// Native vector width of the level (64: AVX-512, 32: AVX2, 16: SSE2 / NEON). Wider than native
+// would be split by the compiler, through the stack: 20-30x slower, measured.
+inline constexpr int kVectorBytes = VARPACK_VECTOR_BYTES;
+// Vectors per row of a gemm register block (4 rows x this many accumulators): 4 fills 16 of
+// AVX-512's 32 registers; with 16 registers (AVX2, SSE2) 2 avoids spills.
+inline constexpr int kRowVectors = VARPACK_ROW_VECTORS;
 
 template <typename T>
 struct Simd;
@@ -111,10 +111,10 @@ template <typename T>
 VARPACK_ALWAYS_INLINE void gemm(T* c, int64_t ldc, const T* a, int64_t lda, int64_t a_step, const T* b, int64_t ldb,
                                 int64_t m, int64_t n, int64_t k, bool accumulate) {
   constexpr int W = Simd<T>::width;
-  for (int64_t col = 0; col < n; col += 4 * W) {
+  for (int64_t col = 0; col < n; col += kRowVectors * W) {
     const int64_t nv = (n - col) / W;
-    if (nv >= 4) {
-      gemm_columns<T, 4>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
+    if (nv >= kRowVectors) {
+      gemm_columns<T, kRowVectors>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
     } else if (nv == 3) {
       gemm_columns<T, 3>(c + col, ldc, a, lda, a_step, b + col, ldb, m, k, accumulate);
     } else if (nv == 2) {
@@ -175,4 +175,5 @@ VARPACK_ALWAYS_INLINE void tanh_in_place(Simd<double>::V& x) {
   for (int i = 0; i < Simd<double>::width; ++i) x[i] = std::tanh(x[i]);
 }
 
+}  // namespace
 }  // namespace varpack::cpu
