@@ -9,12 +9,14 @@ every mode on the same samples per step (same valid tokens) from the same initia
   auto            per step, the dynamic-padded or the packed varpack layout, whichever a cost model
                   fitted on this device predicts faster (varpack.auto; the choice is logged)
 
-Per mode: valid tokens/s, step time, padding rate, peak memory; loss curves (PNG). Then the
-parity run: a small model trained packed and padded for a few hundred steps, held-out losses
+Per mode: valid tokens/s, step time, padding rate, peak memory; loss curves (PNG). Then two
+parity phases: one step's samples packed vs one by one (per-sample losses and gradients, bf16
+tolerance), and a small model trained packed and padded for a few hundred steps, held-out losses
 compared (PNG). Outputs go to --out: results.json, results.md, loss_curves.png, parity.png.
 
     python examples/train_packed.py --out $OUT                 # the H200 benchmark
-    python examples/train_packed.py --preset smoke --out /tmp/x # tiny, on the CPU, a minute
+    python examples/train_packed.py --preset smoke --out /tmp/x # tiny, on the CPU, seconds
+    python examples/train_packed.py --out $OUT --phases parity  # only the training parity
 
 A mode that cannot run here (torch's varlen_attn without CUDA, varpack without its CUDA kernels)
 is reported as not available with the reason; nothing is substituted for it.
