@@ -3,7 +3,9 @@
 // after a warm-up), useful GFLOP/s (4 * heads * d * sum(len^2), halved for causal, x2.5 for the
 // backward) and the time saved by not computing the padding.
 //   attention_cpu_bench [--batch 8] [--seq-len 1024] [--heads 8] [--kv-heads 8] [--head-dim 64]
-//                       [--causal 0|1] [--threads 0] [--repeats 3] [--seed 1]
+//                       [--causal 0|1] [--threads 0] [--repeats 3] [--seed 1] [--rate PERCENT]
+// --rate runs one padding rate instead of the series. VARPACK_CPU_ISA=x86-64-v3|baseline measures
+// a lower instruction-set level.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "attn/cpu/tiling.h"
 #include "padded_attention.h"
 #include "varpack/attention.h"
 
@@ -27,6 +30,7 @@ struct Options {
   int heads = 8, kv_heads = 8, head_dim = 64, threads = 0, repeats = 3;
   bool causal = false;
   uint32_t seed = 1;
+  std::vector<double> rates = {0.03, 0.10, 0.25, 0.50, 0.75, 0.90};
 };
 
 Options parse(int argc, char** argv) {
@@ -43,6 +47,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--threads") o.threads = static_cast<int>(value);
     else if (key == "--repeats") o.repeats = static_cast<int>(value);
     else if (key == "--seed") o.seed = static_cast<uint32_t>(value);
+    else if (key == "--rate") o.rates = {value / 100.0};
     else {
       std::fprintf(stderr, "attention_cpu_bench: unknown option %s\n", key.c_str());
       std::exit(2);
@@ -164,15 +169,16 @@ struct Layout {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  std::printf("# batch %lld x L %lld, heads %d (kv %d), head_dim %d, %s, float32, %d threads, median of %d\n\n",
+  std::printf("# batch %lld x L %lld, heads %d (kv %d), head_dim %d, %s, float32, %d threads, median of %d, "
+              "kernels %s\n\n",
               static_cast<long long>(o.batch), static_cast<long long>(o.seq_len), o.heads, o.kv_heads, o.head_dim,
-              o.causal ? "causal" : "not causal", threads, o.repeats);
+              o.causal ? "causal" : "not causal", threads, o.repeats, varpack::cpu::cpu_kernels().isa);
   std::printf("Times are medians, wall-clock / CPU (all threads); savings = 1 - varlen / padded on each.\n\n");
   std::printf("| padding | varlen fwd ms | padded fwd ms | fwd saving | varlen fwd GFLOP/s | varlen bwd ms "
               "| padded bwd ms | bwd saving | varlen bwd GFLOP/s | max abs out diff |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(o.seed);
-  for (const double rate : {0.03, 0.10, 0.25, 0.50, 0.75, 0.90}) {
+  for (const double rate : o.rates) {
     const std::vector<int32_t> lengths = draw_lengths(o, rate, rng);
     double sum_len = 0, sum_sq = 0;
     for (int32_t l : lengths) {
