@@ -214,7 +214,8 @@ int main(int argc, char** argv) {
     varpack::bench::padded_attention_forward(pb, threads);
     for (int64_t b = 0; b < o.batch; ++b)
       for (int64_t e = 0; e < lengths[b] * qw; ++e)
-        max_diff = std::max<double>(max_diff, std::abs(packed.out[packed.cu[b] * qw + e] - padded.out[b * o.seq_len * qw + e]));
+        max_diff = std::max<double>(
+            max_diff, std::abs(packed.out[packed.cu[b] * qw + e] - padded.out[b * o.seq_len * qw + e]));
 
     auto saving = [](const Timing& varlen, const Timing& padded) {
       return std::to_string(static_cast<int>(std::lround(100 * (1 - varlen.wall_ms / padded.wall_ms)))) + "% / " +

@@ -71,7 +71,8 @@ TEST_F(AttentionChecks, CuSeqlens) {
   expect_error([&] { check_cu_seqlens(not_monotone, 3, 10, "cu_seqlens_k"); },
                "cu_seqlens_k is not monotone at index 2");
   const int32_t too_long[] = {0, 5, 11};
-  expect_error([&] { check_cu_seqlens(too_long, 2, 10, "cu_seqlens_q"); }, "cu_seqlens_q[2] = 11 (the last entry) exceeds the 10 rows");
+  expect_error([&] { check_cu_seqlens(too_long, 2, 10, "cu_seqlens_q"); },
+               "cu_seqlens_q[2] = 11 (the last entry) exceeds the 10 rows");
   EXPECT_NO_THROW(check_cu_seqlens(too_long, 2, 11, "cu_seqlens_q"));
   params.max_seqlen_q = 3;  // sequence 1 has 4 rows
   expect_error([&] { check_host_seqlens(params); }, "sequence 1 has 4 query and 4 key rows");

@@ -3,7 +3,8 @@
 // passes with disjoint outputs: pass 1 (tasks over query tiles) writes dq and D = rowsum(dout * out);
 // pass 2 (tasks over key tiles of one kv head) writes dk and dv, summing over the group's query
 // heads and query tiles in a fixed order. The second pass recomputes the scores once more: 7 tile
-// products instead of 5, the price of a fixed summation order. The tile code is in backward_tile.h.
+// products instead of 5, the price of a fixed summation order; pass 1 leaves the transposed query
+// tiles for pass 2, so they are built once. The tile code is in backward_tile.h.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -54,10 +55,18 @@ std::vector<Task> dkv_tasks(const AttentionParams& p) {
 template <typename T, typename DqTask, typename DkvTask>
 void backward(const AttentionBackwardParams& p, int num_threads, DqTask* dq_task_fn, DkvTask* dkv_task_fn) {
   const size_t rows = static_cast<size_t>(p.heads) * p.total_q;
-  std::vector<T> dsum(rows), lse(std::is_same_v<T, double> ? rows : 0);
-  const RowStats<T> stats{dsum.data(), lse.empty() ? nullptr : lse.data()};
+  std::vector<int64_t> first_query_tile(p.batch + 1, 0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t q_len = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, b).q_len;
+    first_query_tile[b + 1] = first_query_tile[b] + (q_len + kBlockQ - 1) / kBlockQ;
+  }
+  const int64_t tiles = first_query_tile[p.batch];
+  std::vector<T> dsum(rows), lse(std::is_same_v<T, double> ? rows : 0),
+      query_tiles(static_cast<size_t>(p.heads) * tiles * 2 * p.head_dim * kBlockQ);
+  const RowStats<T> stats{dsum.data(), lse.empty() ? nullptr : lse.data(), query_tiles.data(),
+                          first_query_tile.data(), tiles};
   run_tasks(dq_tasks(p), num_threads, [&](const Task& t) { dq_task_fn(p, t, stats); });
-  const RowStats<const T> read{stats.dsum, stats.lse};
+  const RowStats<const T> read{stats.dsum, stats.lse, stats.query_tiles, stats.first_query_tile, tiles};
   run_tasks(dkv_tasks(p), num_threads, [&](const Task& t) { dkv_task_fn(p, t, read); });
 }
 

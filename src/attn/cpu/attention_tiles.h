@@ -67,7 +67,8 @@ struct TileMask {
   bool all_visible = true;
   int query_vectors;
 
-  VARPACK_ALWAYS_INLINE TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn) : query_vectors(static_cast<int>((keys.n + W - 1) / W)) {
+  VARPACK_ALWAYS_INLINE TileMask(const QueryTileKeys& keys, int64_t j0, int64_t kn)
+      : query_vectors(static_cast<int>((keys.n + W - 1) / W)) {
     for (int64_t i = 0; i < kBlockQ; ++i) {
       int64_t a = kBlockK, e = 0;
       if (i < keys.n) {

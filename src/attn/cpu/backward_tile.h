@@ -14,44 +14,60 @@
 namespace varpack::cpu {
 namespace {
 
-// The query side of a step: (scale * q)^T and dout^T for the score and dP tiles; scale * q and
-// dout row-major for dk and dv (pass 2 only); lse and D as lane vectors (+inf and 0 past the rows,
-// so those lanes get P = 0).
+// The query side of a step: (scale * q)^T and dout^T for the score and dP tiles, built once per
+// (head, query tile) by pass 1 into its slot of the shared buffer and read from there by pass 2;
+// q and dout row-major for dk and dv (pass 2 only; in place when head_dim is whole vectors); lse
+// and D as lane vectors (+inf and 0 past the rows, so those lanes get P = 0).
 template <typename T>
 struct QueryTile {
-  std::vector<T> qt, dot, qs, dos;
+  const T* qt = nullptr;
+  const T* dot = nullptr;
+  RowsOperand<T> q_rows{}, dout_rows{};
+  std::vector<T> q_scratch, dout_scratch;
   alignas(kVectorBytes) T lse[kBlockQ];
   alignas(kVectorBytes) T dsum[kBlockQ];
-  int64_t rows = 0;
 
-  VARPACK_ALWAYS_INLINE QueryTile(int64_t d, bool row_major)
-      : qt(d * kBlockQ), dot(d * kBlockQ), qs(row_major ? kBlockQ * padded_dim<T>(d) : 0),
-        dos(row_major ? kBlockQ * padded_dim<T>(d) : 0) {}
+  // Pass 1: builds the transposed tiles into `slot` (2 * head_dim * kBlockQ, this task's own).
+  VARPACK_ALWAYS_INLINE void build(const AttentionBackwardParams& p, int head, int64_t t0, int64_t n, T* slot) {
+    const int64_t d = p.head_dim;
+    load_rows_transposed<T>(slot, head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, head), t0, n, d,
+                            static_cast<T>(p.softmax_scale));
+    load_rows_transposed<T>(slot + d * kBlockQ, head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, head),
+                            t0, n, d, T(1));
+    qt = slot;
+    dot = slot + d * kBlockQ;
+  }
 
-  VARPACK_ALWAYS_INLINE void load(const AttentionBackwardParams& p, const SequenceBounds& sb, int head, int64_t first, int64_t n,
-            RowStats<const T> stats) {
-    rows = n;
-    const int64_t d = p.head_dim, dp = padded_dim<T>(d), t0 = sb.q_begin + first;
-    const auto q = head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, head);
-    const auto dout = head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, head);
-    const T scale = static_cast<T>(p.softmax_scale);
-    load_rows_transposed<T>(qt.data(), q, t0, n, d, scale);
-    load_rows_transposed<T>(dot.data(), dout, t0, n, d, T(1));
-    if (!qs.empty()) {
-      load_rows<T>(qs.data(), dp, q, t0, n, d, scale);
-      load_rows<T>(dos.data(), dp, dout, t0, n, d, T(1));
-    }
+  // Pass 2: the tiles pass 1 built, and the rows themselves.
+  VARPACK_ALWAYS_INLINE void attach(const AttentionBackwardParams& p, int head, int64_t t0, int64_t n, const T* slot) {
+    const int64_t d = p.head_dim;
+    qt = slot;
+    dot = slot + d * kBlockQ;
+    q_rows = rows_operand<T>(head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, head), t0, n, d, q_scratch);
+    dout_rows = rows_operand<T>(head_rows<const T>(p.dout, p.dout_row_stride, p.dout_head_stride, head), t0, n, d,
+                                dout_scratch);
+  }
+
+  VARPACK_ALWAYS_INLINE void load_stats(const AttentionBackwardParams& p, int head, int64_t t0, int64_t n,
+                                        const T* dsum_all, const T* lse_all) {
     for (int64_t r = 0; r < kBlockQ; ++r) {
       lse[r] = std::numeric_limits<T>::infinity();
       dsum[r] = T(0);
       if (r >= n) continue;
       const int64_t t = t0 + r;
-      lse[r] = stats.lse != nullptr ? stats.lse[head * p.total_q + t]
-                                    : static_cast<T>(p.lse[head * p.lse_head_stride + t]);
-      dsum[r] = stats.dsum[head * p.total_q + t];
+      lse[r] = lse_all != nullptr ? lse_all[head * p.total_q + t] : static_cast<T>(p.lse[head * p.lse_head_stride + t]);
+      dsum[r] = dsum_all[head * p.total_q + t];
     }
   }
 };
+
+// The slot of (head, query tile `tile` of sequence b) in the shared buffer of transposed tiles.
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE T* query_tile_slot(const AttentionBackwardParams& p, S stats, int head, int64_t b,
+                                         int64_t first) {
+  const int64_t tile = head * stats.query_tile_count + stats.first_query_tile[b] + first / kBlockQ;
+  return stats.query_tiles + tile * 2 * p.head_dim * kBlockQ;
+}
 
 // Per (query tile, key tile): st becomes P^T = exp(s - lse) and dst becomes dS^T = P (dP - D),
 // times softcap's derivative 1 - tanh^2: the gradient with respect to scale * q.k.
@@ -62,8 +78,8 @@ VARPACK_ALWAYS_INLINE void probs_and_dscores(const AttentionBackwardParams& p, c
   using V = typename Simd<T>::V;
   constexpr int W = Simd<T>::width;
   const int64_t d = p.head_dim;
-  tile_scores<T>(st, tanh_st, k, qt.qt.data(), d, mask, kn, static_cast<T>(p.softcap));
-  gemm<T>(dst, kBlockQ, v.row(0), v.row_stride, 1, qt.dot.data(), kBlockQ, kn, mask.query_vectors * W, d,
+  tile_scores<T>(st, tanh_st, k, qt.qt, d, mask, kn, static_cast<T>(p.softcap));
+  gemm<T>(dst, kBlockQ, v.row(0), v.row_stride, 1, qt.dot, kBlockQ, kn, mask.query_vectors * W, d,
           false);  // dP^T
   for (int v_i = 0; v_i < mask.query_vectors; ++v_i) {
     V lse, dsum;
@@ -89,7 +105,8 @@ VARPACK_ALWAYS_INLINE void probs_and_dscores(const AttentionBackwardParams& p, c
 }
 
 template <typename T>
-VARPACK_ALWAYS_INLINE HeadRows<const T> sequence_rows(const void* data, int64_t row_stride, int64_t head_stride, int head, int64_t first) {
+VARPACK_ALWAYS_INLINE HeadRows<const T> sequence_rows(const void* data, int64_t row_stride, int64_t head_stride, int head,
+                                                      int64_t first) {
   HeadRows<const T> h = head_rows<const T>(data, row_stride, head_stride, head);
   h.data += first * row_stride;
   return h;
@@ -104,7 +121,7 @@ VARPACK_ALWAYS_INLINE void recompute_lse(const AttentionBackwardParams& p, HeadR
   for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
     const int64_t kn = std::min<int64_t>(kBlockK, k_len - j0);
     const TileMask<T> mask(keys, j0, kn);
-    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.qt.data(), p.head_dim, mask, kn,
+    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.qt, p.head_dim, mask, kn,
                    static_cast<T>(p.softcap));
     softmax.step(st.data(), kn, mask.query_vectors);
   }
@@ -135,12 +152,14 @@ VARPACK_ALWAYS_INLINE void dq_task(const AttentionBackwardParams& p, const Task&
     stats.dsum[task.head * p.total_q + t] = static_cast<T>(sum);
   }
   const QueryTileKeys keys(sb, p, task.begin, rows);
-  QueryTile<T> qt(d, false);
+  const int64_t t0 = sb.q_begin + task.begin;
+  QueryTile<T> qt;
+  qt.build(p, task.head, t0, rows, query_tile_slot<T>(p, stats, task.head, task.seq, task.begin));
   if (stats.lse != nullptr) {
-    qt.load(p, sb, task.head, task.begin, rows, {stats.dsum, nullptr});
-    recompute_lse<T>(p, k, sb.k_len, qt, keys, stats.lse + task.head * p.total_q + sb.q_begin + task.begin);
+    qt.load_stats(p, task.head, t0, rows, stats.dsum, nullptr);
+    recompute_lse<T>(p, k, sb.k_len, qt, keys, stats.lse + task.head * p.total_q + t0);
   }
-  qt.load(p, sb, task.head, task.begin, rows, {stats.dsum, stats.lse});
+  qt.load_stats(p, task.head, t0, rows, stats.dsum, stats.lse);
   std::vector<T> dq_acc(rows * dp, T(0)), st(kBlockK * kBlockQ), tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0),
       dst(kBlockK * kBlockQ), k_scratch;
   for (int64_t j0 = keys.first_tile(); j0 < keys.hi(); j0 += kBlockK) {
@@ -167,7 +186,7 @@ VARPACK_ALWAYS_INLINE void dkv_task(const AttentionBackwardParams& p, const Task
   const int64_t d = p.head_dim, dp = padded_dim<T>(d), j0 = task.begin, kn = task.end - task.begin;
   const auto k = sequence_rows<T>(p.k, p.k_row_stride, p.k_head_stride, task.head, sb.k_begin + j0);
   const auto v = sequence_rows<T>(p.v, p.v_row_stride, p.v_head_stride, task.head, sb.k_begin + j0);
-  QueryTile<T> qt(d, true);
+  QueryTile<T> qt;
   std::vector<T> dk_acc(kn * dp, T(0)), dv_acc(kn * dp, T(0)), st(kBlockK * kBlockQ),
       tanh_st(p.softcap > 0 ? kBlockK * kBlockQ : 0), dst(kBlockK * kBlockQ);
   for (int h = task.head * group; h < (task.head + 1) * group; ++h) {
@@ -175,20 +194,22 @@ VARPACK_ALWAYS_INLINE void dkv_task(const AttentionBackwardParams& p, const Task
       const int64_t rows = std::min<int64_t>(kBlockQ, sb.q_len - first);
       const QueryTileKeys keys(sb, p, first, rows);
       if (!keys.sees_any(j0, j0 + kn)) continue;
-      qt.load(p, sb, h, first, rows, stats);
+      qt.attach(p, h, sb.q_begin + first, rows, query_tile_slot<const T>(p, stats, h, task.seq, first));
+      qt.load_stats(p, h, sb.q_begin + first, rows, stats.dsum, stats.lse);
       probs_and_dscores<T>(p, qt, k, v, TileMask<T>(keys, j0, kn), kn, st.data(), tanh_st.data(), dst.data());
-      // dV[j][c] += sum_r P[j][r] dout[r][c] and dK[j][c] += sum_r dS[j][r] (scale q)[r][c].
-      gemm<T>(dv_acc.data(), dp, st.data(), kBlockQ, 1, qt.dos.data(), dp, kn, dp, rows, true);
-      gemm<T>(dk_acc.data(), dp, dst.data(), kBlockQ, 1, qt.qs.data(), dp, kn, dp, rows, true);
+      // dV[j][c] += sum_r P[j][r] dout[r][c] and dK[j][c] += sum_r dS[j][r] q[r][c] (times scale below).
+      gemm<T>(dv_acc.data(), dp, st.data(), kBlockQ, 1, qt.dout_rows.data, qt.dout_rows.ld, kn, dp, rows, true);
+      gemm<T>(dk_acc.data(), dp, dst.data(), kBlockQ, 1, qt.q_rows.data, qt.q_rows.ld, kn, dp, rows, true);
     }
   }
+  const T scale = static_cast<T>(p.softmax_scale);
   const auto dk = head_rows<T>(p.dk, p.dk_row_stride, p.dk_head_stride, task.head);
   const auto dv = head_rows<T>(p.dv, p.dv_row_stride, p.dv_head_stride, task.head);
   for (int64_t j = 0; j < kn; ++j) {
     T* dkj = dk.row(sb.k_begin + j0 + j);
     T* dvj = dv.row(sb.k_begin + j0 + j);
     for (int64_t c = 0; c < d; ++c) {
-      dkj[c] = dk_acc[j * dp + c];
+      dkj[c] = scale * dk_acc[j * dp + c];
       dvj[c] = dv_acc[j * dp + c];
     }
   }

@@ -50,13 +50,18 @@ struct QueryTileKeys {
   int64_t first_tile() const { return lo() / kBlockK * kBlockK; }  // key tiles start at multiples of kBlockK
 };
 
-// Per-row values the backward's first pass computes for its second, [heads, total_q]:
-// D = rowsum(dout * out) and, in f64 only, the log-sum-exp recomputed in double (the saved one is
-// float32, too coarse for gradcheck).
+// What the backward's first pass computes for its second. Per row, [heads, total_q]: D =
+// rowsum(dout * out) and, in f64 only, the log-sum-exp recomputed in double (the saved one is
+// float32, too coarse for gradcheck). Per (head, query tile): (scale * q)^T and dout^T, 2 *
+// head_dim * kBlockQ values, built once instead of once per key tile; sequence b's tiles start at
+// tile first_query_tile[b] of query_tile_count per head.
 template <typename T>
 struct RowStats {
   T* dsum;
   T* lse;  // null: use the forward's
+  T* query_tiles;
+  const int64_t* first_query_tile;
+  int64_t query_tile_count;
 };
 
 // The forward of one query tile with an explicit mask: rows q.row(0..keys.n) against keys
