@@ -124,6 +124,19 @@ TEST(AttentionCpu, TileEdges) {
   }
 }
 
+// Head dims past the 4-vector gemm blocks, whole (256) and ragged (300).
+TEST(AttentionCpu, LargeHeadDims) {
+  for (const int head_dim : {256, 300}) {
+    Shape s;
+    s.q_lens = {9, 70};
+    s.heads = 2;
+    s.kv_heads = 1;
+    s.head_dim = head_dim;
+    s.causal = true;
+    check_against_reference<float>(s, 24);
+  }
+}
+
 TEST(AttentionCpu, OneLongAmongManyShort) {
   Shape s;
   s.q_lens = {1, 2, 3, 300, 0, 4, 1, 7, 2, 9, 1, 1};
