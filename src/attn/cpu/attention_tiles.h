@@ -27,16 +27,19 @@ VARPACK_ALWAYS_INLINE void load_rows(T* dst, int64_t ld, HeadRows<const T> src, 
   }
 }
 
-// dst[c][r] = scale * src.row(first + r)[c] for r < n, zero for n <= r < kBlockQ.
+// dst[c][r] = scale * src.row(first + r)[c] for r < n, zero up to the next whole vector (the tile
+// code reads no further: see TileMask::query_vectors).
 template <typename T>
 VARPACK_ALWAYS_INLINE void load_rows_transposed(T* dst, HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
                                                 T scale) {
+  constexpr int W = Simd<T>::width;
   for (int64_t r = 0; r < n; ++r) {
     const T* s = src.row(first + r);
     for (int64_t c = 0; c < d; ++c) dst[c * kBlockQ + r] = scale * s[c];
   }
+  const int64_t lanes = (n + W - 1) / W * W;
   for (int64_t c = 0; c < d; ++c)
-    for (int64_t r = n; r < kBlockQ; ++r) dst[c * kBlockQ + r] = T(0);
+    for (int64_t r = n; r < lanes; ++r) dst[c * kBlockQ + r] = T(0);
 }
 
 // n rows of a head as the B operand of gemm (whole vectors per row): in place when head_dim is a

@@ -21,8 +21,12 @@ VARPACK_ALWAYS_INLINE void forward_rows(const ForwardRows<T>& a) {
   const int64_t d = a.head_dim;
   const T softcap = a.softcap;
   const int64_t dp = padded_dim<T>(d), rows = keys.n;
-  std::vector<T> qt(d * kBlockQ), o(rows * dp, T(0)), st(kBlockK * kBlockQ),
-      tanh_st(softcap > 0 ? kBlockK * kBlockQ : 0), v_scratch;
+  // Buffers kept per thread across tasks: short sequences make many small tasks.
+  thread_local std::vector<T> qt, o, st, tanh_st, v_scratch;
+  qt.resize(d * kBlockQ);
+  o.assign(rows * dp, T(0));
+  st.resize(kBlockK * kBlockQ);
+  tanh_st.resize(softcap > 0 ? kBlockK * kBlockQ : 0);
   load_rows_transposed<T>(qt.data(), q, 0, rows, d, a.scale);
   OnlineSoftmax<T> softmax;
   for (int64_t j0 = keys.first_tile(); j0 < a.walk_end; j0 += kBlockK) {
