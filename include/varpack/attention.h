@@ -68,8 +68,9 @@ void attention_forward_reference(const AttentionParams& params);
 void attention_backward_reference(const AttentionBackwardParams& params);
 
 // Tiled online-softmax (FlashAttention's algorithm) on the CPU, threaded and vectorised.
-// Supports f32 and f64 (and bf16 in, fp32 accumulate, where noted in the implementation).
-// num_threads 0 = all hardware threads.
+// Supports f32 and f64 (f64 for gradient checks). num_threads 0 = all hardware threads. Results are
+// bit-identical for any num_threads; the kernels of the best instruction-set level the CPU has run
+// (environment VARPACK_CPU_ISA=x86-64-v3|baseline forces a lower one).
 void attention_forward_cpu(const AttentionParams& params, int num_threads = 0);
 void attention_backward_cpu(const AttentionBackwardParams& params, int num_threads = 0);
 
