@@ -8,12 +8,17 @@
 # copy here once (the folder is ignored through .git/info/exclude) and name it in the call's carry:
 #   mkdir -p .gpu-deps/include .gpu-deps/lib && echo /.gpu-deps/ >> .git/info/exclude
 #   cp /usr/include/simdjson.h .gpu-deps/include/ && cp -P /usr/lib/x86_64-linux-gnu/libsimdjson.so* .gpu-deps/lib/
-# Usage: scripts/gpu_run.sh [test] [bench] [tune] [profile]   (no argument: test bench)
-#   test: standalone test, sanitizers, pytest; bench: both benchmarks; tune: tile-shape experiments;
-#   profile: ncu on the three main kernels at 16 x 4k.
+# Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
+#   (no argument: test bench sanitize)
+#   test: standalone test (both backward modes), pytest; bench: both benchmarks; sanitize:
+#   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
+#   the slowest part); tune: tile-shape experiments; profile: ncu on the main kernels at 16 x 4k;
+#   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
+#   the standalone library, test and benchmark alone, the quickest full check of the kernels.
+#   SANITIZE_S=60 caps each sanitizer step at 60 s (default 120 and 150).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-want=" ${*:-test bench} "
+want=" ${*:-test bench sanitize} "
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -50,27 +55,25 @@ fi
 # Standalone library, test, benchmark (and experiments) next to the torch extension.
 experiments=OFF
 [[ $want == *" tune "* ]] && experiments=ON
+torch=1
+[[ $want == *" notorch "* ]] && torch=0
+jobs=$((torch ? 8 : 16))  # the torch build takes the other 8 cores
 (cmake -S src/attn/cuda -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
    -DVARPACK_CUDA_EXPERIMENTS=$experiments -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
-   cmake --build build-gpu -j 8) >"$out/build.log" 2>&1 &
+   cmake --build build-gpu -j $jobs) >"$out/build.log" 2>&1 &
 build_pid=$!
-MAX_JOBS=8 step build_torch.log build_torch_ext 420 python3 setup.py build_ext --inplace
+[ $torch = 1 ] && MAX_JOBS=8 step build_torch.log build_torch_ext 420 python3 setup.py build_ext --inplace
 wait $build_pid
 summary+=("$(printf '%-18s rc=%-3s' build_standalone $?)")
 cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
-  awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /LDSM/ {l[f]++} /LDL|STL/ {s[f]++}
-       END {for (k in h) printf "%s HMMA %d LDSM %d local %d\n", k, h[k], l[k], s[k]}' \
+  awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /LDSM/ {l[f]++} /LDL|STL/ {s[f]++} /RED[G.]/ {r[f]++}
+       END {for (k in h) printf "%s HMMA %d LDSM %d local %d RED %d\n", k, h[k], l[k], s[k], r[k]}' \
   >>"$out/build.log"
 
 if [[ $want == *" test "* ]]; then
-  if [ -x build-gpu/test_attention_cuda ]; then
+  [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda
-    step tests.log memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      build-gpu/test_attention_cuda 1 2
-    step tests.log racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      build-gpu/test_attention_cuda 1 1
-  fi
-  PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
+  [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
     tests/python/test_cuda_attention.py
 fi
 if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
@@ -87,8 +90,15 @@ fi
 if [[ $want == *" bench "* ]]; then
   [ -x build-gpu/bench_attention_cuda ] &&
     step bench.log bench_standalone 120 build-gpu/bench_attention_cuda 20
-  PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
+  [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
+fi
+# Each small case runs both backward modes, so the atomic path is sanitized too.
+if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
+  step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    build-gpu/test_attention_cuda 1 2
+  step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+    build-gpu/test_attention_cuda 1 1
 fi
 
 echo "==== logs in $out"

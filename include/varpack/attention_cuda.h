@@ -22,12 +22,16 @@ void check_attention_params_cuda(const AttentionParams& params);
 // are not written.
 void attention_forward_cuda(const AttentionParams& params, cudaStream_t stream);
 
-// Bytes of device workspace attention_backward_cuda needs (fp32 per query row and head).
+// Bytes of device workspace attention_backward_cuda needs for these params: fp32 per query row and
+// head, plus with deterministic == false an fp32 dQ accumulator (4 * total_q * heads * head_dim).
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& params);
 
-// dq, dk, dv for every row in a sequence; rows past cu_seqlens[batch] are not written. Always
-// deterministic: no atomics, so `deterministic` is honoured whatever its value. `workspace` must
-// hold attention_backward_workspace_bytes_cuda bytes, 16-byte aligned.
+// dq, dk, dv for every row in a sequence; rows past cu_seqlens[batch] are not written.
+// deterministic == true: no atomics, bit-identical results run to run (7 matrix products per tile
+// pair). deterministic == false (FlashAttention-2's default): dQ is summed over key tiles with fp32
+// atomics (5 products per tile pair, faster); dq may then differ in its last bits between runs,
+// dk and dv do not. `workspace` must hold attention_backward_workspace_bytes_cuda(params) bytes,
+// 16-byte aligned, computed with the same `deterministic`.
 void attention_backward_cuda(const AttentionBackwardParams& params, void* workspace,
                              cudaStream_t stream);
 

@@ -69,8 +69,9 @@ void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
 }
 
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& p) {
-  // Delta = rowsum(dO * O), fp32 [heads, total_q].
-  return static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
+  // Delta = rowsum(dO * O), fp32 [heads, total_q]; the atomic mode adds its fp32 dQ accumulator.
+  if (p.deterministic) return cuda::delta_workspace_bytes(p);
+  return cuda::delta_workspace_bytes(p) + cuda::dq_accum_workspace_bytes(p);
 }
 
 void attention_backward_cuda(const AttentionBackwardParams& p, void* workspace,
@@ -84,6 +85,7 @@ void attention_backward_cuda(const AttentionBackwardParams& p, void* workspace,
   require(p.lse != nullptr, "lse (the forward's log-sum-exp) is required by the backward");
   require(workspace != nullptr || attention_backward_workspace_bytes_cuda(p) == 0,
           "workspace is null; allocate attention_backward_workspace_bytes_cuda bytes");
+  require(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "workspace must be 16-byte aligned");
   dispatch(p, [&](auto t, auto d) {
     cuda::run_backward<decltype(t), decltype(d)::value>(p, workspace, stream);
   });

@@ -1,12 +1,18 @@
-// Varlen attention backward on mma.sync tensor cores, sm_80+, in three launches:
-//  1. delta_kernel:  Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] (fp32, into the workspace).
-//  2. dkdv_kernel:   one block per (kv head, key tile); each warp owns 16 keys and walks every query
-//                    tile of every q head of its group that can see them, recomputing P^T = exp(S^T -
-//                    lse) and accumulating dV += P^T dO and dK += dS^T Q in registers.
-//  3. dq_kernel:     one block per (q head, query tile); each warp owns 16 queries and walks the
-//                    key tiles they can see, accumulating dQ += dS K in registers.
-// No atomics anywhere, so the backward is deterministic (bit-identical run to run) in every mode;
-// the price is recomputing S and dP in the dQ pass (7 matrix products per tile pair instead of 5).
+// Varlen attention backward on mma.sync tensor cores, sm_80+. Two modes, chosen by
+// AttentionBackwardParams::deterministic:
+//  deterministic (three launches, no atomics, bit-identical run to run):
+//   1. delta_kernel:  Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] (fp32, into the workspace).
+//   2. dkdv_kernel:   one block per (kv head, key tile); each warp owns 16 keys and walks every query
+//                     tile of every q head of its group that can see them, recomputing P^T = exp(S^T -
+//                     lse) and accumulating dV += P^T dO and dK += dS^T Q in registers.
+//   3. dq_kernel:     one block per (q head, query tile); each warp owns 16 queries and walks the
+//                     key tiles they can see, accumulating dQ += dS K in registers.
+//   The price is recomputing S and dP in the dQ pass (7 matrix products per tile pair instead of 5).
+//  non-deterministic (FlashAttention-2's default): delta_kernel, then dkdv_kernel<kAtomicDq = true>
+//   also stages each tile's dS in shared memory and adds dQ += dS K for its keys into an fp32
+//   workspace with atomics (5 products per tile pair), then dq_convert_kernel scales dQ and rounds it
+//   to the output type. The order of the fp32 additions varies run to run, so dQ may differ in its
+//   last bits; dK and dV are still accumulated in registers and are bit-identical run to run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +21,7 @@
 #include <cstdint>
 
 #include "attn/cuda/forward_kernel.cuh"
+#include "attn/cuda/instances.h"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tile_bounds.cuh"
 #include "varpack/attention.h"
@@ -33,6 +40,12 @@ struct DkdvTile {
   static constexpr int kQueryTileBytes = kQueryStep * D * 2;
   static constexpr int kSmemBytes =
       2 * kKeyTileBytes + 4 * kQueryTileBytes + 4 * kQueryStep * 4;  // K, V, Q x2, dO x2, stats
+  // The atomic-dQ mode adds dS^T, [keys][queries] with rows padded by 8 elements (16 bytes): the 8
+  // rows an ldmatrix reads then start 80 bytes apart and fall in 8 different bank groups.
+  static constexpr int kDsStride = kQueryStep + 8;
+  static constexpr int kSmemBytesAtomic = kSmemBytes + kKeysPerBlock * kDsStride * 2;
+  // In the dQ product each warp owns D / kWarps columns of dQ for the whole query tile.
+  static constexpr int kDqCols = D / Warps;
 };
 
 // dQ pass: kWarps warps x 16 queries per block, key tiles of kKeyStep.
@@ -93,9 +106,90 @@ __global__ void delta_kernel(const AttentionBackwardParams p, float* delta) {
   if (lane == 0) delta[h * p.total_q + row] = acc;
 }
 
-template <class T, class Cfg, bool kSoftcap>
+// Atomic-dQ mode, one tile pair: dQ[m0 .. m0 + kQueryStep) += dS K over the block's keys, with dS^T
+// ([keys][queries], 16-bit) in shared memory at sDs and K in its swizzled tile at sK. Warp w computes
+// the columns [w * kDqCols, (w + 1) * kDqCols) of all kQueryStep rows (one fp32 atomic per element
+// and key tile) and adds them to dq_accum[q_begin + i, h, :]; rows past the sequence are skipped.
+template <class T, class Cfg>
+__device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, float* dq_accum,
+                                            const SequenceBounds& seq, int h, int64_t m0,
+                                            uint32_t sK, uint32_t sDs, int warp, int lane) {
+  constexpr int D = Cfg::kD;
+  constexpr int kBM = Cfg::kQueryStep;
+  constexpr int kBN = Cfg::kKeysPerBlock;
+  constexpr int kCols = Cfg::kDqCols;
+  static_assert(kCols % 16 == 0, "each warp's dQ columns must be whole 16-column steps");
+  const int g = lane / 4;
+  const int qd = lane % 4;
+  // A = dS (queries x keys), read transposed from dS^T: lanes 0-7 / 8-15 / 16-23 / 24-31 address
+  // keys 0-7 / 0-7 / 8-15 / 8-15 at queries +0 / +8 / +0 / +8, the a0..a3 order of m16n8k16.
+  const uint32_t ds_base =
+      sDs + (((lane & 7) + ((lane >> 4) << 3)) * Cfg::kDsStride + ((lane >> 3) & 1) * 8) * 2;
+  // B = K (keys x d), read transposed from the swizzled tile as in dq_kernel, at this warp's columns.
+  const int krow = (lane & 7) + (((lane >> 3) & 1) << 3);
+  uint32_t k_base[kCols / 16];
+#pragma unroll
+  for (int j = 0; j < kCols / 16; ++j)
+    k_base[j] = sK + SwizzledTile<D>::offset(krow, 2 * (warp * (kCols / 16) + j) + (lane >> 4));
+
+  float acc[kBM / 16][kCols / 8][4];
+#pragma unroll
+  for (int mq = 0; mq < kBM / 16; ++mq)
+#pragma unroll
+    for (int n = 0; n < kCols / 8; ++n) acc[mq][n][0] = acc[mq][n][1] = acc[mq][n][2] = acc[mq][n][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    uint32_t b[kCols / 16][4];
+#pragma unroll
+    for (int j = 0; j < kCols / 16; ++j)
+      ldmatrix_x4_trans(b[j], k_base[j] + static_cast<uint32_t>(kk * 16 * D * 2));
+#pragma unroll
+    for (int mq = 0; mq < kBM / 16; ++mq) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, ds_base + static_cast<uint32_t>((kk * 16 * Cfg::kDsStride + mq * 16) * 2));
+#pragma unroll
+      for (int j = 0; j < kCols / 16; ++j) {
+        Mma<T>::run(acc[mq][2 * j], a, b[j][0], b[j][1]);
+        Mma<T>::run(acc[mq][2 * j + 1], a, b[j][2], b[j][3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int mq = 0; mq < kBM / 16; ++mq)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = m0 + mq * 16 + g + 8 * r;
+      if (i >= seq.q_len) continue;
+      float* row = dq_accum + ((seq.q_begin + i) * p.heads + h) * D + warp * kCols + 2 * qd;
+#pragma unroll
+      for (int n = 0; n < kCols / 8; ++n)
+        red_add_f32x2(row + n * 8, acc[mq][n][2 * r], acc[mq][n][2 * r + 1]);
+    }
+}
+
+// Atomic-dQ mode, last step: dq[i, h, :] = scale * dq_accum[i, h, :] in the output type, for the
+// rows of every sequence (cu_seqlens_q[batch] read on the device; rows past it are not written).
+// One thread per 4 elements.
+template <class T, int D>
+__global__ void dq_convert_kernel(const AttentionBackwardParams p, const float* dq_accum) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.total_q * p.heads * (D / 4)) return;
+  const int64_t row = idx / (p.heads * (D / 4));
+  if (row >= p.cu_seqlens_q[p.batch]) return;
+  const int h = static_cast<int>(idx / (D / 4) % p.heads);
+  const int d = static_cast<int>(idx % (D / 4)) * 4;
+  const float4 x = reinterpret_cast<const float4*>(dq_accum)[idx];
+  const uint2 packed = make_uint2(Mma<T>::pack(x.x * p.softmax_scale, x.y * p.softmax_scale),
+                                  Mma<T>::pack(x.z * p.softmax_scale, x.w * p.softmax_scale));
+  *reinterpret_cast<uint2*>(static_cast<T*>(p.dq) + row * p.dq_row_stride +
+                            h * p.dq_head_stride + d) = packed;
+}
+
+// dq_accum ([total_q, heads, D] fp32, zeroed) is used only when kAtomicDq.
+template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads)
-    dkdv_kernel(const AttentionBackwardParams p, const float* delta, int64_t slots) {
+    dkdv_kernel(const AttentionBackwardParams p, const float* delta, float* dq_accum,
+                int64_t slots) {
   constexpr int D = Cfg::kD;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
@@ -122,6 +216,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const uint32_t sQ = sV + Cfg::kKeyTileBytes;
   const uint32_t sdO = sQ + 2 * Cfg::kQueryTileBytes;
   const uint32_t sStat = sdO + 2 * Cfg::kQueryTileBytes;  // [buffer][lse | delta][kBM] floats
+  const uint32_t sDs = sStat + 4 * kBM * 4;                // kAtomicDq: dS^T, [kBN][kDsStride]
   const float* stat = reinterpret_cast<const float*>(smem + 2 * Cfg::kKeyTileBytes +
                                                      4 * Cfg::kQueryTileBytes);
 
@@ -250,6 +345,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
                                Mma<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
                                Mma<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                                Mma<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+      if constexpr (kAtomicDq) {
+        // ads[e] holds keys g + 8 * (e & 1) at queries 16 * kk + 8 * (e >> 1) + 2 * qd, + 1.
+        const uint32_t row = sDs + ((warp * 16 + g) * Cfg::kDsStride + 16 * kk + 2 * qd) * 2;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          st_shared_b32(row + ((e & 1) * 8 * Cfg::kDsStride + (e >> 1) * 8) * 2, ads[e]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
@@ -261,7 +363,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         Mma<T>::run(dk[2 * dp + 1], ads, b[2], b[3]);
       }
     }
-    __syncthreads();  // buffer it & 1 is refilled by the loads queued in iteration it + 1
+    if constexpr (kAtomicDq) {
+      __syncthreads();  // every warp's dS^T rows are in shared memory
+      const int h = hk * group + it / m_tiles;
+      add_dq_tile<T, Cfg>(p, dq_accum, seq, h, m0, sK, sDs, warp, lane);
+    }
+    __syncthreads();  // buffer it & 1 (and dS^T) are refilled in iteration it + 1
   }
   cp_async_wait<0>();
 
@@ -442,56 +549,93 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   }
 }
 
-template <class T, class Cfg, bool kSoftcap, class Kernel>
-void launch_backward_pass(Kernel kernel, const AttentionBackwardParams& p, const float* delta,
-                          int64_t slots, int heads, const char* what, cudaStream_t stream) {
+// Launches one backward pass over (slot, head) with `smem` bytes of dynamic shared memory; args
+// follow the params.
+template <class Kernel, class... Args>
+void launch_backward_pass(Kernel kernel, int threads, int smem, int64_t slots, int heads,
+                          const char* what, cudaStream_t stream, const AttentionBackwardParams& p,
+                          Args... args) {
   const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess)
     throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
                 cudaGetErrorString(attr));
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(heads));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, delta, slots);
+  kernel<<<grid, threads, smem, stream>>>(p, args..., slots);
   check_launch(what);
 }
 
-// Backward with explicit tile shapes (the experiments build several; the library one).
-// workspace: Delta, [heads, total_q] fp32 (attention_backward_workspace_bytes_cuda).
+template <class T, int D>
+void launch_delta(const AttentionBackwardParams& p, float* delta, cudaStream_t stream) {
+  const int64_t warps = p.total_q * p.heads;
+  if (warps <= 0) return;
+  const int64_t blocks = (warps + 7) / 8;
+  delta_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, delta);
+  check_launch("the backward delta kernel");
+}
+
+// Deterministic backward with explicit tile shapes (the experiments build several; the library
+// one). workspace: Delta (delta_workspace_bytes).
 template <class T, class Dkdv, class Dq>
 void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   static_assert(Dkdv::kD == Dq::kD, "both passes use one head dim");
   constexpr int D = Dkdv::kD;
   float* delta = static_cast<float*>(workspace);
-  const int64_t warps = p.total_q * p.heads;
-  if (warps > 0) {
-    const int64_t blocks = (warps + 7) / 8;
-    delta_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, delta);
-    check_launch("the backward delta kernel");
-  }
+  launch_delta<T, D>(p, delta, stream);
   const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
   const int64_t query_slots = slot_count(p.total_q, p.batch, Dq::kQueriesPerBlock);
   const bool softcap = p.softcap > 0.f;
-  if (key_slots > 0 && p.kv_heads > 0) {
-    if (softcap)
-      launch_backward_pass<T, Dkdv, true>(dkdv_kernel<T, Dkdv, true>, p, delta, key_slots,
-                                          p.kv_heads, "the backward dK/dV kernel", stream);
-    else
-      launch_backward_pass<T, Dkdv, false>(dkdv_kernel<T, Dkdv, false>, p, delta, key_slots,
-                                           p.kv_heads, "the backward dK/dV kernel", stream);
+  float* const no_accum = nullptr;
+  if (key_slots > 0 && p.kv_heads > 0)
+    launch_backward_pass(softcap ? dkdv_kernel<T, Dkdv, true, false> : dkdv_kernel<T, Dkdv, false, false>,
+                         Dkdv::kThreads, Dkdv::kSmemBytes, key_slots, p.kv_heads,
+                         "the backward dK/dV kernel", stream, p, static_cast<const float*>(delta),
+                         no_accum);
+  if (query_slots > 0 && p.heads > 0)
+    launch_backward_pass(softcap ? dq_kernel<T, Dq, true> : dq_kernel<T, Dq, false>, Dq::kThreads,
+                         Dq::kSmemBytes, query_slots, p.heads, "the backward dQ kernel", stream, p,
+                         static_cast<const float*>(delta));
+}
+
+// Non-deterministic (atomic dQ) backward with an explicit dK/dV tile shape. workspace: Delta
+// (delta_workspace_bytes), then the fp32 dQ accumulator [total_q, heads, D].
+template <class T, class Dkdv>
+void launch_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
+                                 cudaStream_t stream) {
+  constexpr int D = Dkdv::kD;
+  float* delta = static_cast<float*>(workspace);
+  float* dq_accum =
+      reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + delta_workspace_bytes(p));
+  if (p.batch <= 0) return;  // no sequence, no row to write (cu_seqlens may then be null)
+  const int64_t accum_elems = p.total_q * p.heads * D;
+  if (accum_elems > 0) {
+    const cudaError_t zero =
+        cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(accum_elems) * sizeof(float), stream);
+    if (zero != cudaSuccess)
+      throw Error(std::string("varpack CUDA attention: clearing the dQ accumulator failed: ") +
+                  cudaGetErrorString(zero));
   }
-  if (query_slots > 0 && p.heads > 0) {
-    if (softcap)
-      launch_backward_pass<T, Dq, true>(dq_kernel<T, Dq, true>, p, delta, query_slots, p.heads,
-                                        "the backward dQ kernel", stream);
-    else
-      launch_backward_pass<T, Dq, false>(dq_kernel<T, Dq, false>, p, delta, query_slots, p.heads,
-                                         "the backward dQ kernel", stream);
+  launch_delta<T, D>(p, delta, stream);
+  const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
+  if (key_slots > 0 && p.kv_heads > 0)
+    launch_backward_pass(p.softcap > 0.f ? dkdv_kernel<T, Dkdv, true, true>
+                                         : dkdv_kernel<T, Dkdv, false, true>,
+                         Dkdv::kThreads, Dkdv::kSmemBytesAtomic, key_slots, p.kv_heads,
+                         "the backward dK/dV/dQ kernel", stream, p,
+                         static_cast<const float*>(delta), dq_accum);
+  // Rows past cu_seqlens_q[batch] are skipped inside, so the grid covers all total_q rows.
+  if (accum_elems > 0) {
+    const int64_t blocks = (accum_elems / 4 + 255) / 256;
+    dq_convert_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, dq_accum);
+    check_launch("the backward dQ conversion kernel");
   }
 }
 
+// The (dtype, head dim) instance's backward: p.deterministic picks the mode.
 template <class T, int D>
 void launch_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
-  launch_backward_with<T, DkdvConfig<D>, DqConfig<D>>(p, workspace, stream);
+  if (p.deterministic) launch_backward_with<T, DkdvConfig<D>, DqConfig<D>>(p, workspace, stream);
+  else launch_backward_atomic_with<T, DkdvConfig<D>>(p, workspace, stream);
 }
 
 }  // namespace varpack::cuda

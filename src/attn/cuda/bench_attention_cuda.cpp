@@ -2,6 +2,7 @@
 // comparison with torch's kernels is bench/cuda/bench_attention_gpu.py). bf16, 16 heads x 128,
 // causal, 64k tokens per call: equal lengths 1k, 4k, 16k and 16 rows of 4096 at several padding
 // rates. Median of CUDA-event timings; useful TFLOP/s = 4*H*D*sum(len^2)/2 (backward 2.5x that).
+// The backward is timed in both modes: deterministic (2 passes, no atomics) and atomic dQ.
 // Run: ./bench_attention_cuda [repeats [point index]] (one point: for profiling under ncu)
 #include <cuda_runtime.h>
 
@@ -85,7 +86,15 @@ int main(int argc, char** argv) {
   int32_t* cu;
   for (void** p : {&q, &k, &v, &out, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, elems * 2));
   CHECK_CUDA(cudaMalloc(&lse, heads * max_rows * 4));
-  CHECK_CUDA(cudaMalloc(&ws, heads * max_rows * 4));
+  {
+    // The largest workspace any point needs: the atomic mode's, at max_rows.
+    varpack::AttentionBackwardParams sized;
+    sized.heads = heads;
+    sized.head_dim = d;
+    sized.total_q = max_rows;
+    sized.deterministic = false;
+    CHECK_CUDA(cudaMalloc(&ws, varpack::attention_backward_workspace_bytes_cuda(sized)));
+  }
   CHECK_CUDA(cudaMalloc(&cu, 1024 * 4));
   // Random bf16 inputs (never zeros: zeros run faster than real data on tensor cores).
   {
@@ -107,8 +116,8 @@ int main(int argc, char** argv) {
     const size_t only = static_cast<size_t>(std::atoi(argv[2]));
     points = {points.at(std::min(only, points.size() - 1))};
   }
-  std::printf("%-20s %8s %10s %10s %10s %10s\n", "case", "tokens", "fwd ms", "fwd TF/s", "bwd ms",
-              "bwd TF/s");
+  std::printf("%-20s %8s %9s %9s %11s %11s %11s %11s %8s\n", "case", "tokens", "fwd ms",
+              "fwd TF/s", "bwd det ms", "det TF/s", "bwd atom ms", "atom TF/s", "det/atom");
   for (const Point& pt : points) {
     std::vector<int32_t> cu_h{0};
     double flops = 0;
@@ -135,11 +144,14 @@ int main(int argc, char** argv) {
     p.softmax_scale = 1.f / std::sqrt(static_cast<float>(d));
     p.causal = true;
     const float fwd = median_ms([&] { varpack::attention_forward_cuda(p, nullptr); }, repeats);
-    const float bwd = median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
+    p.deterministic = true;
+    const float det = median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
+    p.deterministic = false;
+    const float atom = median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
     CHECK_CUDA(cudaGetLastError());
-    std::printf("%-20s %8lld %10.3f %10.1f %10.3f %10.1f\n", pt.name.c_str(),
-                static_cast<long long>(p.total_q), fwd, flops / fwd / 1e9, bwd,
-                2.5 * flops / bwd / 1e9);
+    std::printf("%-20s %8lld %9.3f %9.1f %11.3f %11.1f %11.3f %11.1f %8.2f\n", pt.name.c_str(),
+                static_cast<long long>(p.total_q), fwd, flops / fwd / 1e9, det,
+                2.5 * flops / det / 1e9, atom, 2.5 * flops / atom / 1e9, det / atom);
   }
   return 0;
 }

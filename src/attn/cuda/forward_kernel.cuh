@@ -119,19 +119,29 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
   float row_max[RT][2], row_sum[RT][2];  // row sums are per thread; reduced over the quad at the end
-  // Visible keys of this thread's rows, relative to the sequence (cu_seqlens are int32, so are
-  // positions inside one sequence).
-  int kb[RT][2], ke[RT][2];
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       row_max[mt][r] = -INFINITY;
       row_sum[mt][r] = 0.f;
-      const int64_t i = m0 + warp_row + mt * 16 + g + 8 * r;
-      kb[mt][r] = static_cast<int>(seq.key_begin(i, p.window_left));
-      ke[mt][r] = i < seq.q_len ? static_cast<int>(seq.key_end(i, p.causal, p.window_right)) : 0;
     }
+  // Key j is visible from this thread's row warp_row + g + delta (delta = 16 * mt + 8 * r) iff
+  // vis_begin + delta <= j < vis_end + delta and j < k_len: SequenceBounds' key_begin / key_end
+  // without their clamps (j >= 0 makes them redundant), so two registers stand for the 4 * RT
+  // bounds of the thread's rows. A missing window side is a bound no key reaches. Rows past q_len
+  // are never stored, so their mask does not matter.
+  int vis_begin, vis_end;
+  {
+    const int64_t row = m0 + warp_row + g + seq.k_len - seq.q_len;  // its diagonal key position
+    const int64_t right = p.causal ? 0 : p.window_right;
+    // Past any key position of a sequence (cu_seqlens are int32), with room for the deltas.
+    const int64_t far = INT32_MAX - 16 * (RT + 1);
+    const int64_t b = p.window_left < 0 ? -far : row - p.window_left;
+    const int64_t e = right < 0 ? far : row + right + 1;
+    vis_begin = static_cast<int>(b < -far ? -far : (b > far ? far : b));
+    vis_end = static_cast<int>(e < -far ? -far : (e > far ? far : e));
+  }
 
   for (int t = 0; t < num_tiles; ++t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
@@ -188,15 +198,17 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     if (!tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                             p.window_right)) {
       const int j0 = static_cast<int>(n0) + 2 * qd;
+      const int k_len = static_cast<int>(seq.k_len);
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i)
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const int r = c / 2;
+            const int delta = 16 * mt + 8 * (c / 2);
             const int j = j0 + i * 8 + (c & 1);
-            if (j < kb[mt][r] || j >= ke[mt][r]) s[mt][i][c] = -INFINITY;
+            if (j < vis_begin + delta || j >= vis_end + delta || j >= k_len)
+              s[mt][i][c] = -INFINITY;
           }
     }
 

@@ -68,6 +68,22 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// 4-byte store to a shared-memory address (32 bits, where a generic pointer would hold 64).
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t value) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
+}
+
+// addr[0] += a, addr[1] += b in global memory as fire-and-forget reductions (no value returned, so
+// the warp does not wait for them); one 8-byte vector reduction on sm_90, two 4-byte ones before.
+__device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+#else
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr), "f"(a) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr + 1), "f"(b) : "memory");
+#endif
+}
+
 // 16-byte global->shared copy that bypasses L1; when `valid` is false the 16 bytes are zero-filled
 // and global memory is not touched (rows past a sequence's end).
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {

@@ -1,6 +1,7 @@
 // Standalone GPU test of the CUDA attention (no torch): random varlen batches through
 // attention_forward_cuda / attention_backward_cuda, compared with the double-precision reference
-// (attention_forward_reference / attention_backward_reference) on the same 16-bit-rounded inputs.
+// (attention_forward_reference / attention_backward_reference) on the same 16-bit-rounded inputs;
+// each case runs both backward modes (deterministic, and atomic dQ).
 // Outputs are poisoned (NaN bytes) before each run: every valid row must be written, every row past
 // cu_seqlens[-1] left alone. Run: ./test_attention_cuda [seed [max_cases]] (a small max_cases
 // for compute-sanitizer); exit status 0 = all cases passed.
@@ -161,8 +162,6 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
   g.cu_seqlens_k = static_cast<const int32_t*>(cuk.ptr);
   g.dout = dout.ptr; g.dq = dq.ptr; g.dk = dk.ptr; g.dv = dv.ptr;
   varpack::attention_forward_cuda(g, nullptr);
-  Device workspace(varpack::attention_backward_workspace_bytes_cuda(g));
-  varpack::attention_backward_cuda(g, workspace.ptr, nullptr);
   CHECK_CUDA(cudaDeviceSynchronize());
 
   auto fetch = [](const Device& b) {
@@ -182,27 +181,39 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
 
   const double tol = cs.dtype == varpack::DType::bf16 ? 2e-2 : 4e-3;
   const Compare c_out = compare(fetch(out), ref_out, wq, valid_q, cs.dtype);
-  const Compare c_dq = compare(fetch(dq), ref_dq, wq, valid_q, cs.dtype);
-  const Compare c_dk = compare(fetch(dk), ref_dk, wk, valid_k, cs.dtype);
-  const Compare c_dv = compare(fetch(dv), ref_dv, wk, valid_k, cs.dtype);
-  bool ok = lse_err < 1e-3;
-  std::string what;
-  for (auto [name, c] : {std::pair{"out", c_out}, {"dq", c_dq}, {"dk", c_dk}, {"dv", c_dv}}) {
-    const bool good = c.finite && c.tail_intact && c.rel < tol;
-    ok &= good;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, " %s rel %.2e max %.2e%s%s", name, c.rel, c.max_abs,
-                  c.finite ? "" : " NON-FINITE", c.tail_intact ? "" : " TAIL-WRITTEN");
-    what += buf;
+  // Both backward modes on the same forward results: the 2-pass deterministic one and the atomic-dQ
+  // one, each with its own workspace size and freshly poisoned gradients.
+  bool all_ok = true;
+  for (const bool deterministic : {true, false}) {
+    g.deterministic = deterministic;
+    for (Device* b : {&dq, &dk, &dv}) CHECK_CUDA(cudaMemset(b->ptr, 0xFF, b->bytes));
+    Device workspace(varpack::attention_backward_workspace_bytes_cuda(g));
+    varpack::attention_backward_cuda(g, workspace.ptr, nullptr);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const Compare c_dq = compare(fetch(dq), ref_dq, wq, valid_q, cs.dtype);
+    const Compare c_dk = compare(fetch(dk), ref_dk, wk, valid_k, cs.dtype);
+    const Compare c_dv = compare(fetch(dv), ref_dv, wk, valid_k, cs.dtype);
+    bool ok = lse_err < 1e-3;
+    std::string what;
+    for (auto [name, c] : {std::pair{"out", c_out}, {"dq", c_dq}, {"dk", c_dk}, {"dv", c_dv}}) {
+      const bool good = c.finite && c.tail_intact && c.rel < tol;
+      ok &= good;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " %s rel %.2e max %.2e%s%s", name, c.rel, c.max_abs,
+                    c.finite ? "" : " NON-FINITE", c.tail_intact ? "" : " TAIL-WRITTEN");
+      what += buf;
+    }
+    std::printf("%s case %d %s: %s d%d h%d/%d causal %d window (%lld,%lld) softcap %.0f batch %lld "
+                "rows %lld/%lld: lse %.1e%s\n",
+                ok ? "ok  " : "FAIL", index, deterministic ? "determ" : "atomic",
+                cs.dtype == varpack::DType::bf16 ? "bf16" : "f16", cs.head_dim, cs.heads,
+                cs.kv_heads, cs.causal, static_cast<long long>(cs.window_left),
+                static_cast<long long>(cs.window_right), cs.softcap,
+                static_cast<long long>(batch), static_cast<long long>(valid_q),
+                static_cast<long long>(valid_k), lse_err, what.c_str());
+    all_ok &= ok;
   }
-  std::printf("%s case %d: %s d%d h%d/%d causal %d window (%lld,%lld) softcap %.0f batch %lld rows "
-              "%lld/%lld: lse %.1e%s\n",
-              ok ? "ok  " : "FAIL", index, cs.dtype == varpack::DType::bf16 ? "bf16" : "f16",
-              cs.head_dim, cs.heads, cs.kv_heads, cs.causal, static_cast<long long>(cs.window_left),
-              static_cast<long long>(cs.window_right), cs.softcap, static_cast<long long>(batch),
-              static_cast<long long>(valid_q), static_cast<long long>(valid_k), lse_err,
-              what.c_str());
-  return ok;
+  return all_ok;
 }
 
 }  // namespace
