@@ -1,7 +1,8 @@
 // Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
 // times several tile shapes of the forward and of each backward pass on the benchmark's shapes
 // (bf16, 16 heads x 128, causal) and checks each against the library's shape (max |difference|),
-// so that a shape change in ForwardConfig / DkdvConfig / DqConfig rests on a measurement.
+// so that a shape change in ForwardConfig / DkdvConfig / DqConfig rests on a measurement. The
+// backward variants cover both modes (deterministic two-pass, atomic dQ).
 // Run: ./tile_shapes [repeats]
 #include <cuda_runtime.h>
 
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
       {"fwd 4w x2 n16", [](auto& p, void*) { launch_forward_with<T, ForwardTile<128, 4, 2, 16>>(p, nullptr); }, true},
       {"bwd dkdv 4w q32 + dq 4w k16 (lib)", [](auto& p, void* ws) { launch_backward_with<T, DkdvTile<128, 4, 32>, DqTile<128, 4, 16>>(p, ws, nullptr); }, false},
       {"bwd dkdv 4w q32 + dq 4w k32", [](auto& p, void* ws) { launch_backward_with<T, DkdvTile<128, 4, 32>, DqTile<128, 4, 32>>(p, ws, nullptr); }, false},
+      // The non-deterministic mode: dK/dV kernel adding dQ with fp32 reductions (max|diff| against
+      // the deterministic library shape: the order of the dQ sums differs).
+      {"bwd atomic 4w q32 (lib)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false},
+      {"bwd atomic 8w q32", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 8, 32>>(p, ws, nullptr); }, false},
+      {"bwd atomic 4w q16", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 16>>(p, ws, nullptr); }, false},
   };
   struct Point {
     std::string name;
@@ -109,7 +115,14 @@ int main(int argc, char** argv) {
   int32_t* cu;
   for (void** p : {&q, &k, &v, &out, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, elems * 2));
   CHECK_CUDA(cudaMalloc(&lse, heads * rows * 4));
-  CHECK_CUDA(cudaMalloc(&ws, heads * rows * 4));
+  {
+    // Sized for the atomic mode at the most rows: Delta, then the fp32 dQ accumulator.
+    AttentionBackwardParams sized;
+    sized.heads = heads;
+    sized.head_dim = d;
+    sized.total_q = rows;
+    CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
+  }
   CHECK_CUDA(cudaMalloc(&cu, 1024 * 4));
   {
     std::mt19937 rng(1);
