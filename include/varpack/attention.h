@@ -68,7 +68,10 @@ void attention_forward_reference(const AttentionParams& params);
 void attention_backward_reference(const AttentionBackwardParams& params);
 
 // Tiled online-softmax (FlashAttention's algorithm) on the CPU, threaded and vectorised.
-// Supports f32 and f64 (f64 for gradient checks). num_threads 0 = all hardware threads. Results are
+// Supports f32, f64 (for gradient checks) and bf16: bf16 q, k, v, dout are widened to float as they
+// are loaded into the tiles, everything accumulates in float, and out, dq, dk, dv are rounded to
+// bf16 (nearest, ties to even) as they are written; lse stays float32. No f16 on the CPU.
+// num_threads 0 = all hardware threads. Results are
 // bit-identical for any num_threads; the kernels of the best instruction-set level the CPU has run
 // (environment VARPACK_CPU_ISA=x86-64-v3|baseline forces a lower one).
 void attention_forward_cpu(const AttentionParams& params, int num_threads = 0);

@@ -85,8 +85,12 @@ void attention_backward_cpu(const AttentionBackwardParams& params, int num_threa
       const cpu::CpuKernels& k = cpu::cpu_kernels();
       return cpu::backward<double>(params, num_threads, k.dq_f64, k.dkv_f64);
     }
+    case DType::bf16: {  // bf16 storage, float compute: the row stats and tiles are float
+      const cpu::CpuKernels& k = cpu::cpu_kernels();
+      return cpu::backward<float>(params, num_threads, k.dq_bf16, k.dkv_bf16);
+    }
     default:
-      throw Error("attention: attention_backward_cpu supports dtype f32 and f64 only; convert the inputs");
+      throw Error("attention: attention_backward_cpu supports dtype f32, f64 and bf16 only; convert the inputs");
   }
 }
 

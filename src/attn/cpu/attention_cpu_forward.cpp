@@ -39,8 +39,10 @@ void attention_forward_cpu(const AttentionParams& params, int num_threads) {
       return cpu::run_tasks(tasks, num_threads, [&](const cpu::Task& t) { kernels.forward_f32(params, t); });
     case DType::f64:
       return cpu::run_tasks(tasks, num_threads, [&](const cpu::Task& t) { kernels.forward_f64(params, t); });
+    case DType::bf16:
+      return cpu::run_tasks(tasks, num_threads, [&](const cpu::Task& t) { kernels.forward_bf16(params, t); });
     default:
-      throw Error("attention: attention_forward_cpu supports dtype f32 and f64 only; convert the inputs");
+      throw Error("attention: attention_forward_cpu supports dtype f32, f64 and bf16 only; convert the inputs");
   }
 }
 

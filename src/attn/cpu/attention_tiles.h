@@ -2,12 +2,15 @@
 // [key][query], and computed as K * Q^T: K and V rows are then read in place (no copy or
 // transpose per key tile; Q^T is built once per task), and the softmax runs vertically, one vector
 // holding kBlockQ / width queries. Also the online-softmax step the forward and the f64 backward
-// share. Included by the ISA translation units only (see tile_math.h).
+// share. Tiles hold the compute type T (float or double); inputs stored as S (T, or bf16 for float)
+// are widened as they are loaded into them (bf16 K and V are then copied, not read in place).
+// Included by the ISA translation units only (see tile_math.h).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tile_math.h"
@@ -15,48 +18,67 @@
 namespace varpack::cpu {
 namespace {
 
-// dst[r][0..ld) = scale * src.row(first + r), zero past head_dim; r < n.
-template <typename T>
-VARPACK_ALWAYS_INLINE void load_rows(T* dst, int64_t ld, HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
+// dst[r][0..ld) = scale * src.row(first + r), zero past head_dim; r < n. Storage type S is
+// widened to the compute type T here (bf16 inputs become float tiles).
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE void load_rows(T* dst, int64_t ld, HeadRows<const S> src, int64_t first, int64_t n, int64_t d,
                                      T scale) {
   for (int64_t r = 0; r < n; ++r) {
-    const T* s = src.row(first + r);
+    const S* s = src.row(first + r);
     T* o = dst + r * ld;
-    for (int64_t c = 0; c < d; ++c) o[c] = scale * s[c];
+    for (int64_t c = 0; c < d; ++c) o[c] = scale * widen<T>(s[c]);
     for (int64_t c = d; c < ld; ++c) o[c] = T(0);
   }
 }
 
 // dst[c][r] = scale * src.row(first + r)[c] for r < n, zero up to the next whole vector (the tile
 // code reads no further: see TileMask::query_vectors).
-template <typename T>
-VARPACK_ALWAYS_INLINE void load_rows_transposed(T* dst, HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE void load_rows_transposed(T* dst, HeadRows<const S> src, int64_t first, int64_t n, int64_t d,
                                                 T scale) {
   constexpr int W = Simd<T>::width;
   for (int64_t r = 0; r < n; ++r) {
-    const T* s = src.row(first + r);
-    for (int64_t c = 0; c < d; ++c) dst[c * kBlockQ + r] = scale * s[c];
+    const S* s = src.row(first + r);
+    for (int64_t c = 0; c < d; ++c) dst[c * kBlockQ + r] = scale * widen<T>(s[c]);
   }
   const int64_t lanes = (n + W - 1) / W * W;
   for (int64_t c = 0; c < d; ++c)
     for (int64_t r = n; r < lanes; ++r) dst[c * kBlockQ + r] = T(0);
 }
 
-// n rows of a head as the B operand of gemm (whole vectors per row): in place when head_dim is a
-// multiple of the vector width, else copied into `scratch` with zero padding.
+// n rows of a head as an operand of gemm in the compute type T.
 template <typename T>
 struct RowsOperand {
   const T* data;
   int64_t ld;
 };
-template <typename T>
-VARPACK_ALWAYS_INLINE RowsOperand<T> rows_operand(HeadRows<const T> src, int64_t first, int64_t n, int64_t d,
+
+// As the B operand (whole vectors per row): in place when the storage is T and head_dim is a
+// multiple of the vector width, else widened / copied into `scratch` with zero padding.
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE RowsOperand<T> rows_operand(HeadRows<const S> src, int64_t first, int64_t n, int64_t d,
                                                   std::vector<T>& scratch) {
-  if (d % Simd<T>::width == 0) return {src.row(first), src.row_stride};
+  if constexpr (std::is_same_v<T, S>) {
+    if (d % Simd<T>::width == 0) return {src.row(first), src.row_stride};
+  }
   const int64_t dp = padded_dim<T>(d);
   scratch.resize(n * dp);
   load_rows<T>(scratch.data(), dp, src, first, n, d, T(1));
   return {scratch.data(), dp};
+}
+
+// As the A operand (read a scalar at a time, any head_dim): in place when the storage is T, else
+// widened into `scratch`.
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE RowsOperand<T> rows_a_operand(HeadRows<const S> src, int64_t first, int64_t n, int64_t d,
+                                                    std::vector<T>& scratch) {
+  if constexpr (std::is_same_v<T, S>) {
+    return {src.row(first), src.row_stride};
+  } else {
+    scratch.resize(n * d);
+    load_rows<T>(scratch.data(), d, src, first, n, d, T(1));
+    return {scratch.data(), d};
+  }
 }
 
 // The visible keys of each query of a tile, relative to the key tile [j0, j0 + kn), as lane
@@ -85,16 +107,16 @@ struct TileMask {
   }
 };
 
-// Score tile st[j][i] (j < kn keys from k.row(0), i < kBlockQ queries of qt = (scale * Q)^T):
+// Score tile st[j][i] (j < kn keys, the rows of k; i < kBlockQ queries of qt = (scale * Q)^T):
 // q.k, then softcap (tanh(x / softcap) kept in tanh_out for the backward), then -inf where query i
 // may not see key j.
 template <typename T>
-VARPACK_ALWAYS_INLINE void tile_scores(T* st, T* tanh_out, HeadRows<const T> k, const T* qt, int64_t d,
+VARPACK_ALWAYS_INLINE void tile_scores(T* st, T* tanh_out, RowsOperand<T> k, const T* qt, int64_t d,
                                        const TileMask<T>& mask, int64_t kn, T softcap) {
   using V = typename Simd<T>::V;
   using I = typename Simd<T>::I;
   constexpr int W = Simd<T>::width;
-  gemm<T>(st, kBlockQ, k.row(0), k.row_stride, 1, qt, kBlockQ, kn, mask.query_vectors * W, d, false);
+  gemm<T>(st, kBlockQ, k.data, k.ld, 1, qt, kBlockQ, kn, mask.query_vectors * W, d, false);
   if (softcap > 0) {
     const T inv_cap = T(1) / softcap;
     for (int64_t j = 0; j < kn; ++j)

@@ -14,15 +14,15 @@ namespace varpack::cpu {
 namespace {
 
 // See ForwardRows (tiling.h).
-template <typename T>
-VARPACK_ALWAYS_INLINE void forward_rows(const ForwardRows<T>& a) {
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE void forward_rows(const ForwardRows<T, S>& a) {
   const QueryTileKeys& keys = *a.keys;
-  const HeadRows<const T> q = a.q, k = a.k, v = a.v;
+  const HeadRows<const S> q = a.q, k = a.k, v = a.v;
   const int64_t d = a.head_dim;
   const T softcap = a.softcap;
   const int64_t dp = padded_dim<T>(d), rows = keys.n;
   // Buffers kept per thread across tasks: short sequences make many small tasks.
-  thread_local std::vector<T> qt, o, st, tanh_st, v_scratch;
+  thread_local std::vector<T> qt, o, st, tanh_st, k_scratch, v_scratch;
   qt.resize(d * kBlockQ);
   o.assign(rows * dp, T(0));
   st.resize(kBlockK * kBlockQ);
@@ -32,7 +32,8 @@ VARPACK_ALWAYS_INLINE void forward_rows(const ForwardRows<T>& a) {
   for (int64_t j0 = keys.first_tile(); j0 < a.walk_end; j0 += kBlockK) {
     const int64_t kn = std::min<int64_t>(kBlockK, a.k_len - j0);
     const TileMask<T> mask(keys, j0, kn);
-    tile_scores<T>(st.data(), tanh_st.data(), {k.row(j0), k.row_stride}, qt.data(), d, mask, kn, softcap);
+    tile_scores<T>(st.data(), tanh_st.data(), rows_a_operand<T>(k, j0, kn, d, k_scratch), qt.data(), d, mask, kn,
+                   softcap);
     softmax.step(st.data(), kn, mask.query_vectors);
     for (int64_t r = 0; r < rows; ++r) {
       if (softmax.alpha[r] == T(1)) continue;
@@ -44,35 +45,35 @@ VARPACK_ALWAYS_INLINE void forward_rows(const ForwardRows<T>& a) {
     gemm<T>(o.data(), dp, st.data(), 1, kBlockQ, vt.data, vt.ld, rows, dp, kn, true);
   }
   for (int64_t r = 0; r < rows; ++r) {
-    T* dst = a.out.row(r);
+    S* dst = a.out.row(r);
     const T l = softmax.sum_of(r);
     if (l == T(0)) {  // the row sees no key: out = 0, lse = +inf
-      for (int64_t c = 0; c < d; ++c) dst[c] = T(0);
+      for (int64_t c = 0; c < d; ++c) dst[c] = narrow<S>(T(0));
       if (a.lse != nullptr) a.lse[r] = std::numeric_limits<float>::infinity();
       continue;
     }
     const T* orow = o.data() + r * dp;
-    for (int64_t c = 0; c < d; ++c) dst[c] = orow[c] / l;
+    for (int64_t c = 0; c < d; ++c) dst[c] = narrow<S>(orow[c] / l);
     if (a.lse != nullptr) a.lse[r] = static_cast<float>(softmax.max_of(r) + std::log(l));
   }
 }
 
 // A task of the varlen forward: kBlockQ query rows [task.begin, task.end) of one (sequence, head).
-template <typename T>
+template <typename T, typename S>
 VARPACK_ALWAYS_INLINE void forward_task(const AttentionParams& p, const Task& task) {
   const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, task.seq);
   const int kv_head = task.head / (p.heads / p.kv_heads);
   const int64_t first = sb.q_begin + task.begin;
-  auto q = head_rows<const T>(p.q, p.q_row_stride, p.q_head_stride, task.head);
-  auto k = head_rows<const T>(p.k, p.k_row_stride, p.k_head_stride, kv_head);
-  auto v = head_rows<const T>(p.v, p.v_row_stride, p.v_head_stride, kv_head);
-  auto out = head_rows<T>(p.out, p.out_row_stride, p.out_head_stride, task.head);
+  auto q = head_rows<const S>(p.q, p.q_row_stride, p.q_head_stride, task.head);
+  auto k = head_rows<const S>(p.k, p.k_row_stride, p.k_head_stride, kv_head);
+  auto v = head_rows<const S>(p.v, p.v_row_stride, p.v_head_stride, kv_head);
+  auto out = head_rows<S>(p.out, p.out_row_stride, p.out_head_stride, task.head);
   q.data += first * q.row_stride;
   out.data += first * out.row_stride;
   k.data += sb.k_begin * k.row_stride;
   v.data += sb.k_begin * v.row_stride;
   const QueryTileKeys keys(sb, p, task.begin, task.end - task.begin);
-  forward_rows<T>({q, k, v, out, p.lse + task.head * p.lse_head_stride + first, &keys, sb.k_len, keys.hi(),
+  forward_rows<T, S>({q, k, v, out, p.lse + task.head * p.lse_head_stride + first, &keys, sb.k_len, keys.hi(),
                    p.head_dim, static_cast<T>(p.softmax_scale), static_cast<T>(p.softcap)});
 }
 

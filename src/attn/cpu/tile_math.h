@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "tiling.h"
 
@@ -52,6 +53,42 @@ static_assert(kBlockQ % Simd<float>::width == 0 && kBlockQ % Simd<double>::width
 template <typename T>
 constexpr int64_t padded_dim(int64_t d) {
   return (d + Simd<T>::width - 1) / Simd<T>::width * Simd<T>::width;
+}
+
+// A bfloat16 element as stored (the top half of a float32). The tiles never compute in it: inputs
+// are widened to float as they are loaded into the tile buffers, results narrowed as they are
+// written out, so bf16 runs the float tile code with float accumulation.
+struct Bf16 {
+  uint16_t bits;
+};
+
+// Element of storage type S as compute type T (exact: bf16 widens by appending 16 zero bits).
+template <typename T, typename S>
+VARPACK_ALWAYS_INLINE T widen(S x) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return static_cast<T>(f);
+  } else {
+    return static_cast<T>(x);
+  }
+}
+
+// Compute type T to storage type S; to bf16 with round-to-nearest-even (ties keep an even last
+// bit; overflow rounds to inf as IEEE does), NaN kept a (quiet) NaN instead of rounding to inf.
+template <typename S, typename T>
+VARPACK_ALWAYS_INLINE S narrow(T x) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    const float f = static_cast<float>(x);
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return Bf16{static_cast<uint16_t>(u >> 16)};
+  } else {
+    return static_cast<S>(x);
+  }
 }
 
 template <typename T>

@@ -67,11 +67,11 @@ struct RowStats {
 // The forward of one query tile with an explicit mask: rows q.row(0..keys.n) against keys
 // k.row(j), v.row(j), j < k_len, query r seeing [keys.key_begin[r], keys.key_end[r]); key tiles
 // walked up to walk_end (varlen: the last visible key; a dense kernel: the padded length). Writes
-// out.row(r) and lse[r] (when lse is not null).
-template <typename T>
+// out.row(r) and lse[r] (when lse is not null). T computes, S is stored (T, or bf16 for float).
+template <typename T, typename S = T>
 struct ForwardRows {
-  HeadRows<const T> q, k, v;
-  HeadRows<T> out;
+  HeadRows<const S> q, k, v;
+  HeadRows<S> out;
   float* lse;
   const QueryTileKeys* keys;
   int64_t k_len, walk_end, head_dim;
@@ -88,6 +88,10 @@ struct CpuKernels {
   void (*dkv_f32)(const AttentionBackwardParams&, const Task&, RowStats<const float>);
   void (*dkv_f64)(const AttentionBackwardParams&, const Task&, RowStats<const double>);
   void (*forward_rows_f32)(const ForwardRows<float>&);
+  // bf16 storage, float compute: the f32 tile code with widening loads and rounding stores.
+  void (*forward_bf16)(const AttentionParams&, const Task&);
+  void (*dq_bf16)(const AttentionBackwardParams&, const Task&, RowStats<float>);
+  void (*dkv_bf16)(const AttentionBackwardParams&, const Task&, RowStats<const float>);
 };
 
 // The best level this CPU runs: x86-64-v4 (AVX-512, 64-byte vectors), x86-64-v3 (AVX2 + FMA,
