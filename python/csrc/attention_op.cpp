@@ -31,6 +31,16 @@
 namespace varpack::op {
 namespace {
 
+// The CPU kernels take float32, float64 and bfloat16 (bf16 in and out, float32 accumulation);
+// float16 is a CUDA-only dtype. Called after the shared checks, which accept every dtype of any device.
+void check_cpu_dtype(const at::Tensor& q) {
+  if (q.scalar_type() == at::kHalf) {
+    C10_THROW_ERROR(ValueError,
+                    "varpack attention: q is torch.float16, which the CPU kernels do not take; use "
+                    "torch.bfloat16 (same size, float32 accumulation), torch.float32 or torch.float64 on the CPU");
+  }
+}
+
 // Rows [cu_seqlens[-1], rows) of `t` along `dim` get `value`; cu_seqlens is on the host.
 void fill_past_end(at::Tensor& t, int64_t dim, const at::Tensor& cu_seqlens, double value) {
   const int64_t valid = cu_seqlens.data_ptr<int32_t>()[cu_seqlens.numel() - 1];
@@ -43,6 +53,7 @@ std::tuple<at::Tensor, at::Tensor> varlen_fwd_cpu(const at::Tensor& q, const at:
                                                   int64_t max_seqlen_k, double softmax_scale, bool causal,
                                                   int64_t window_left, int64_t window_right, double softcap) {
   check_forward_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  check_cpu_dtype(q);
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
   rethrow_as_value_error([&] {
@@ -68,6 +79,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_bwd_cpu(
     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
     int64_t window_right, double softcap, bool deterministic) {
   check_backward_inputs(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  check_cpu_dtype(q);
   at::Tensor dq = at::empty(q.sizes(), q.options());
   at::Tensor dk = at::empty(k.sizes(), k.options());
   at::Tensor dv = at::empty(v.sizes(), v.options());
