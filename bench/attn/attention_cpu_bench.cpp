@@ -3,8 +3,10 @@
 // after a warm-up), useful GFLOP/s (4 * heads * d * sum(len^2), halved for causal, x2.5 for the
 // backward) and the time saved by not computing the padding.
 //   attention_cpu_bench [--batch 8] [--seq-len 1024] [--heads 8] [--kv-heads 8] [--head-dim 64]
-//                       [--causal 0|1] [--threads 0] [--repeats 3] [--seed 1] [--rate PERCENT]
-// --rate runs one padding rate instead of the series. VARPACK_CPU_ISA=x86-64-v3|baseline measures
+//                       [--causal 0|1] [--threads 0] [--repeats 3] [--seed 1] [--rate PERCENT] [--bf16 0|1]
+// --rate runs one padding rate instead of the series. --bf16 1 also times the varlen forward and
+// backward on bf16 copies of the same tensors (bf16 in and out, float accumulation), in the same
+// rounds as the float32 peer, and reports bf16 / float32 time ratios. VARPACK_CPU_ISA=x86-64-v3|baseline measures
 // a lower instruction-set level.
 #include <algorithm>
 #include <chrono>
@@ -28,7 +30,7 @@ namespace {
 struct Options {
   int64_t batch = 8, seq_len = 1024;
   int heads = 8, kv_heads = 8, head_dim = 64, threads = 0, repeats = 3;
-  bool causal = false;
+  bool causal = false, bf16 = false;
   uint32_t seed = 1;
   std::vector<double> rates = {0.03, 0.10, 0.25, 0.50, 0.75, 0.90};
 };
@@ -48,6 +50,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--repeats") o.repeats = static_cast<int>(value);
     else if (key == "--seed") o.seed = static_cast<uint32_t>(value);
     else if (key == "--rate") o.rates = {value / 100.0};
+    else if (key == "--bf16") o.bf16 = value != 0;
     else {
       std::fprintf(stderr, "attention_cpu_bench: unknown option %s\n", key.c_str());
       std::exit(2);
@@ -104,11 +107,26 @@ std::vector<int32_t> draw_lengths(const Options& o, double rate, std::mt19937& r
   return lengths;
 }
 
-// The attention tensors of one layout: THD rows, with cu_seqlens.
+// float -> bf16 bits, round to nearest even (the inputs are finite).
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> y(x.size());
+  std::transform(x.begin(), x.end(), y.begin(), [](float e) { return to_bf16(e); });
+  return y;
+}
+
+// The attention tensors of one layout: THD rows, with cu_seqlens; bf16 copies when asked.
 struct Layout {
   std::vector<int32_t> cu;
   std::vector<float> q, k, v, out, dout, dq, dk, dv;
-  std::vector<float> lse;
+  std::vector<float> lse, lse_bf16;
+  std::vector<uint16_t> q_bf16, k_bf16, v_bf16, out_bf16, dout_bf16, dq_bf16, dk_bf16, dv_bf16;
   int64_t rows = 0, max_len = 0;
 
   Layout(const Options& o, const std::vector<int32_t>& lengths, std::mt19937& rng) {
@@ -133,6 +151,33 @@ struct Layout {
     dk.assign(k.size(), 0);
     dv.assign(v.size(), 0);
     lse.assign(rows * o.heads, 0);
+    if (o.bf16) {
+      q_bf16 = to_bf16(q);
+      k_bf16 = to_bf16(k);
+      v_bf16 = to_bf16(v);
+      dout_bf16 = to_bf16(dout);
+      out_bf16.assign(q.size(), 0);
+      dq_bf16.assign(q.size(), 0);
+      dk_bf16.assign(k.size(), 0);
+      dv_bf16.assign(v.size(), 0);
+      lse_bf16.assign(lse.size(), 0);
+    }
+  }
+
+  // The same problem on the bf16 copies (same layout in elements).
+  varpack::AttentionBackwardParams params_bf16(const Options& o) {
+    varpack::AttentionBackwardParams p = params(o);
+    p.dtype = varpack::DType::bf16;
+    p.q = q_bf16.data();
+    p.k = k_bf16.data();
+    p.v = v_bf16.data();
+    p.out = out_bf16.data();
+    p.lse = lse_bf16.data();
+    p.dout = dout_bf16.data();
+    p.dq = dq_bf16.data();
+    p.dk = dk_bf16.data();
+    p.dv = dv_bf16.data();
+    return p;
   }
 
   varpack::AttentionBackwardParams params(const Options& o) {
@@ -175,8 +220,9 @@ int main(int argc, char** argv) {
               o.causal ? "causal" : "not causal", threads, o.repeats, varpack::cpu::cpu_kernels().isa);
   std::printf("Times are medians, wall-clock / CPU (all threads); savings = 1 - varlen / padded on each.\n\n");
   std::printf("| padding | varlen fwd ms | padded fwd ms | fwd saving | varlen fwd GFLOP/s | varlen bwd ms "
-              "| padded bwd ms | bwd saving | varlen bwd GFLOP/s | max abs out diff |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+              "| padded bwd ms | bwd saving | varlen bwd GFLOP/s | max abs out diff |%s\n",
+              o.bf16 ? " bf16 fwd ms | bf16 / f32 fwd | bf16 bwd ms | bf16 / f32 bwd |" : "");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|%s\n", o.bf16 ? "---|---|---|---|" : "");
   std::mt19937 rng(o.seed);
   for (const double rate : o.rates) {
     const std::vector<int32_t> lengths = draw_lengths(o, rate, rng);
@@ -205,10 +251,17 @@ int main(int argc, char** argv) {
     // The padded backward: the same kernel over the full L x L rectangle of every row, which is the
     // work a dense backward does (a key mask changes values, not cost).
     varpack::attention_forward_cpu(rect, threads);
-    const std::vector<Timing> t = measure(o.repeats, {[&] { varpack::attention_forward_cpu(vp, threads); },
-                                                       [&] { varpack::bench::padded_attention_forward(pb, threads); },
-                                                       [&] { varpack::attention_backward_cpu(vp, threads); },
-                                                       [&] { varpack::attention_backward_cpu(rect, threads); }});
+    std::vector<std::function<void()>> peers = {[&] { varpack::attention_forward_cpu(vp, threads); },
+                                                [&] { varpack::bench::padded_attention_forward(pb, threads); },
+                                                [&] { varpack::attention_backward_cpu(vp, threads); },
+                                                [&] { varpack::attention_backward_cpu(rect, threads); }};
+    varpack::AttentionBackwardParams vp_bf16;
+    if (o.bf16) {
+      vp_bf16 = packed.params_bf16(o);
+      peers.push_back([&] { varpack::attention_forward_cpu(vp_bf16, threads); });
+      peers.push_back([&] { varpack::attention_backward_cpu(vp_bf16, threads); });
+    }
+    const std::vector<Timing> t = measure(o.repeats, peers);
 
     double max_diff = 0;  // the two forwards agree on the real tokens
     varpack::bench::padded_attention_forward(pb, threads);
@@ -221,10 +274,15 @@ int main(int argc, char** argv) {
       return std::to_string(static_cast<int>(std::lround(100 * (1 - varlen.wall_ms / padded.wall_ms)))) + "% / " +
              std::to_string(static_cast<int>(std::lround(100 * (1 - varlen.cpu_ms / padded.cpu_ms)))) + "%";
     };
-    std::printf("| %.1f%% | %.1f / %.1f | %.1f / %.1f | %s | %.0f | %.1f / %.1f | %.1f / %.1f | %s | %.0f | %.0e |\n",
+    std::printf("| %.1f%% | %.1f / %.1f | %.1f / %.1f | %s | %.0f | %.1f / %.1f | %.1f / %.1f | %s | %.0f | %.0e |",
                 100 * actual_rate, t[0].wall_ms, t[0].cpu_ms, t[1].wall_ms, t[1].cpu_ms, saving(t[0], t[1]).c_str(),
                 flops / t[0].wall_ms / 1e6, t[2].wall_ms, t[2].cpu_ms, t[3].wall_ms, t[3].cpu_ms,
                 saving(t[2], t[3]).c_str(), 2.5 * flops / t[2].wall_ms / 1e6, max_diff);
+    if (o.bf16)
+      std::printf(" %.1f / %.1f | %.2f / %.2f | %.1f / %.1f | %.2f / %.2f |", t[4].wall_ms, t[4].cpu_ms,
+                  t[4].wall_ms / t[0].wall_ms, t[4].cpu_ms / t[0].cpu_ms, t[5].wall_ms, t[5].cpu_ms,
+                  t[5].wall_ms / t[2].wall_ms, t[5].cpu_ms / t[2].cpu_ms);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;
