@@ -283,13 +283,15 @@ def op_args(causal=True, window=(-1, -1), softcap=0.0, dtype=torch.float32, requ
     return (q, k, v, cu_q, cu_k, max_q, max_k, 8 ** -0.5, causal, window[0], window[1], softcap)
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(causal=False, window=(2, 3)), dict(softcap=4.0)])
+@pytest.mark.parametrize("variant", [dict(), dict(causal=False, window=(2, 3)), dict(softcap=4.0),
+                                     dict(dtype=torch.bfloat16)])
 def test_opcheck_forward(variant):
     torch.library.opcheck(torch.ops.varpack.varlen_fwd.default, op_args(**variant))
 
 
-def test_opcheck_backward():
-    q, k, v, cu_q, cu_k, max_q, max_k, *rest = op_args(requires_grad=False)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck_backward(dtype):
+    q, k, v, cu_q, cu_k, max_q, max_k, *rest = op_args(dtype=dtype, requires_grad=False)
     out, lse = torch.ops.varpack.varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, *rest)
     torch.library.opcheck(torch.ops.varpack.varlen_bwd.default,
                           (torch.randn_like(out), q, k, v, out, lse, cu_q, cu_k, max_q, max_k, *rest, True))
