@@ -16,21 +16,6 @@ namespace varpack {
 namespace cpu {
 namespace {
 
-std::vector<Task> dq_tasks(const AttentionParams& p) {
-  std::vector<Task> tasks;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, b);
-    for (int64_t begin = 0; begin < sb.q_len; begin += kBlockQ) {
-      const int64_t end = std::min<int64_t>(begin + kBlockQ, sb.q_len);
-      const QueryTileKeys keys(sb, p, begin, end - begin);
-      const int64_t walked = std::max<int64_t>(keys.hi() - keys.first_tile(), 0);
-      for (int h = 0; h < p.heads; ++h) tasks.push_back({b, h, begin, end, (end - begin) * (walked + kBlockK)});
-    }
-  }
-  sort_longest_first(tasks);
-  return tasks;
-}
-
 // One task per (sequence, kv head, key tile), every key row of every sequence included (dk and dv
 // are written, as zero where no query looks); cost = keys x query rows of the tiles that see them.
 std::vector<Task> dkv_tasks(const AttentionParams& p) {
@@ -65,7 +50,7 @@ void backward(const AttentionBackwardParams& p, int num_threads, DqTask* dq_task
       query_tiles(static_cast<size_t>(p.heads) * tiles * 2 * p.head_dim * kBlockQ);
   const RowStats<T> stats{dsum.data(), lse.empty() ? nullptr : lse.data(), query_tiles.data(),
                           first_query_tile.data(), tiles};
-  run_tasks(dq_tasks(p), num_threads, [&](const Task& t) { dq_task_fn(p, t, stats); });
+  run_tasks(query_tile_tasks(p), num_threads, [&](const Task& t) { dq_task_fn(p, t, stats); });
   const RowStats<const T> read{stats.dsum, stats.lse, stats.query_tiles, stats.first_query_tile, tiles};
   run_tasks(dkv_tasks(p), num_threads, [&](const Task& t) { dkv_task_fn(p, t, read); });
 }

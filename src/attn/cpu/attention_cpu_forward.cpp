@@ -8,10 +8,8 @@
 
 namespace varpack {
 namespace cpu {
-namespace {
 
-// Tasks of kBlockQ query rows for every (sequence, head); cost = rows x keys the tile walks.
-std::vector<Task> forward_tasks(const AttentionParams& p) {
+std::vector<Task> query_tile_tasks(const AttentionParams& p) {
   std::vector<Task> tasks;
   for (int64_t b = 0; b < p.batch; ++b) {
     const SequenceBounds sb = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, b);
@@ -26,13 +24,12 @@ std::vector<Task> forward_tasks(const AttentionParams& p) {
   return tasks;
 }
 
-}  // namespace
 }  // namespace cpu
 
 void attention_forward_cpu(const AttentionParams& params, int num_threads) {
   check_attention_params(params);
   check_host_seqlens(params);
-  const std::vector<cpu::Task> tasks = cpu::forward_tasks(params);
+  const std::vector<cpu::Task> tasks = cpu::query_tile_tasks(params);
   const cpu::CpuKernels& kernels = cpu::cpu_kernels();
   switch (params.dtype) {
     case DType::f32:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "varpack/attention.h"
 #include "varpack/attention_bounds.h"
@@ -49,6 +50,10 @@ struct QueryTileKeys {
   bool sees_any(int64_t j0, int64_t j1) const { return lo() < j1 && hi() > j0 && lo() < hi(); }
   int64_t first_tile() const { return lo() / kBlockK * kBlockK; }  // key tiles start at multiples of kBlockK
 };
+
+// One task per (sequence, query head, kBlockQ query rows), longest first: the forward's work and
+// the backward's dq pass; cost = rows x keys the tile walks. Defined in attention_cpu_forward.cpp.
+std::vector<Task> query_tile_tasks(const AttentionParams& p);
 
 // What the backward's first pass computes for its second. Per row, [heads, total_q]: D =
 // rowsum(dout * out) and, in f64 only, the log-sum-exp recomputed in double (the saved one is

@@ -18,18 +18,9 @@
 
 #include "varpack/attention.h"
 #include "varpack/attention_cuda.h"
+#include "check_cuda.h"
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,           \
-                   cudaGetErrorString(err_));                                             \
-      std::exit(2);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 // Lengths of 16 rows of `row` tokens whose padding is close to `rate` (seeded, reproducible).
 std::vector<int32_t> padded_rows(int rows, int row, double rate, unsigned seed) {

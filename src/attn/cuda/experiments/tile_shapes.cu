@@ -19,22 +19,13 @@
 
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/forward_kernel.cuh"
+#include "attn/cuda/check_cuda.h"
 
 namespace {
 
 using namespace varpack;
 using namespace varpack::cuda;
 using T = __nv_bfloat16;
-
-#define CHECK_CUDA(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,           \
-                   cudaGetErrorString(err_));                                             \
-      std::exit(2);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 float median_ms(const std::function<void()>& f, int repeats) {
   cudaEvent_t a, b;
