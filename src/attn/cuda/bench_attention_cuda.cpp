@@ -18,6 +18,7 @@
 
 #include "varpack/attention.h"
 #include "varpack/attention_cuda.h"
+#include "bench_problem.h"
 #include "check_cuda.h"
 
 namespace {
@@ -30,28 +31,6 @@ std::vector<int32_t> padded_rows(int rows, int row, double rate, unsigned seed) 
   std::vector<int32_t> lens;
   for (int i = 0; i < rows; ++i) lens.push_back(static_cast<int32_t>(std::lround(u(rng))));
   return lens;
-}
-
-template <class F>
-float median_ms(F&& f, int repeats) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < repeats; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 }  // namespace
@@ -71,12 +50,8 @@ int main(int argc, char** argv) {
                       padded_rows(16, 4096, rate, 7)});
 
   const int64_t max_rows = 65536;
-  const int64_t elems = max_rows * heads * d;
-  void *q, *k, *v, *out, *dout, *dq, *dk, *dv, *ws;
-  float* lse;
-  int32_t* cu;
-  for (void** p : {&q, &k, &v, &out, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, elems * 2));
-  CHECK_CUDA(cudaMalloc(&lse, heads * max_rows * 4));
+  const varpack::bench::BenchProblem problem(heads, d, max_rows);
+  void* ws;
   {
     // The largest workspace any point needs: the atomic mode's, at max_rows.
     varpack::AttentionBackwardParams sized;
@@ -86,22 +61,6 @@ int main(int argc, char** argv) {
     sized.deterministic = false;
     CHECK_CUDA(cudaMalloc(&ws, varpack::attention_backward_workspace_bytes_cuda(sized)));
   }
-  CHECK_CUDA(cudaMalloc(&cu, 1024 * 4));
-  // Random bf16 inputs (never zeros: zeros run faster than real data on tensor cores).
-  {
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    std::vector<uint16_t> h(static_cast<size_t>(elems));
-    for (void* p : {q, k, v, dout}) {
-      for (auto& x : h) {
-        const float f = normal(rng);
-        uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        x = static_cast<uint16_t>(bits >> 16);
-      }
-      CHECK_CUDA(cudaMemcpy(p, h.data(), elems * 2, cudaMemcpyHostToDevice));
-    }
-  }
 
   if (argc > 2) {
     const size_t only = static_cast<size_t>(std::atoi(argv[2]));
@@ -110,35 +69,13 @@ int main(int argc, char** argv) {
   std::printf("%-20s %8s %9s %9s %11s %11s %11s %11s %8s\n", "case", "tokens", "fwd ms",
               "fwd TF/s", "bwd det ms", "det TF/s", "bwd atom ms", "atom TF/s", "det/atom");
   for (const Point& pt : points) {
-    std::vector<int32_t> cu_h{0};
     double flops = 0;
-    for (int32_t l : pt.lens) {
-      cu_h.push_back(cu_h.back() + l);
-      flops += 4.0 * heads * d * static_cast<double>(l) * l / 2;
-    }
-    CHECK_CUDA(cudaMemcpy(cu, cu_h.data(), cu_h.size() * 4, cudaMemcpyHostToDevice));
-    varpack::AttentionBackwardParams p;
-    p.dtype = varpack::DType::bf16;
-    p.q = q; p.k = k; p.v = v; p.out = out; p.lse = lse;
-    p.dout = dout; p.dq = dq; p.dk = dk; p.dv = dv;
-    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.out_row_stride = heads * d;
-    p.dout_row_stride = p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = heads * d;
-    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = d;
-    p.dout_head_stride = p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = d;
-    p.total_q = p.total_k = cu_h.back();
-    p.lse_head_stride = p.total_q;
-    p.cu_seqlens_q = p.cu_seqlens_k = cu;
-    p.batch = static_cast<int64_t>(pt.lens.size());
-    p.max_seqlen_q = p.max_seqlen_k = *std::max_element(pt.lens.begin(), pt.lens.end());
-    p.heads = p.kv_heads = heads;
-    p.head_dim = d;
-    p.softmax_scale = 1.f / std::sqrt(static_cast<float>(d));
-    p.causal = true;
-    const float fwd = median_ms([&] { varpack::attention_forward_cuda(p, nullptr); }, repeats);
+    varpack::AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
+    const float fwd = varpack::bench::median_ms([&] { varpack::attention_forward_cuda(p, nullptr); }, repeats);
     p.deterministic = true;
-    const float det = median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
+    const float det = varpack::bench::median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
     p.deterministic = false;
-    const float atom = median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
+    const float atom = varpack::bench::median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
     CHECK_CUDA(cudaGetLastError());
     std::printf("%-20s %8lld %9.3f %9.1f %11.3f %11.1f %11.3f %11.1f %8.2f\n", pt.name.c_str(),
                 static_cast<long long>(p.total_q), fwd, flops / fwd / 1e9, det,

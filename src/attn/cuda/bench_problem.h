@@ -1,0 +1,102 @@
+// What the standalone timing programs (bench_attention_cuda, experiments/tile_shapes) share: a
+// median of CUDA-event timings, and one bf16 problem on the device (q, k, v, dout random normal,
+// never zeros, which run faster than real data on tensor cores) with causal params over any lengths.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "check_cuda.h"
+#include "varpack/attention.h"
+
+namespace varpack::bench {
+
+// Median time of `repeats` calls of f after 3 warm-up calls, in ms (device events).
+inline float median_ms(const std::function<void()>& f, int repeats) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<float> t;
+  for (int i = 0; i < repeats; ++i) {
+    CHECK_CUDA(cudaEventRecord(a));
+    f();
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// bf16 tensors [rows, heads, head_dim] (no GQA) and room for up to 1023 sequences' cu_seqlens.
+// Device memory is held for the program's lifetime (these are one-shot programs).
+struct BenchProblem {
+  int heads, head_dim;
+  int64_t rows;
+  void *q, *k, *v, *out, *dout, *dq, *dk, *dv;
+  float* lse;
+  int32_t* cu_seqlens;
+
+  BenchProblem(int heads_, int head_dim_, int64_t rows_) : heads(heads_), head_dim(head_dim_), rows(rows_) {
+    const int64_t elems = rows * heads * head_dim;
+    for (void** p : {&q, &k, &v, &out, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, elems * 2));
+    CHECK_CUDA(cudaMalloc(&lse, heads * rows * 4));
+    CHECK_CUDA(cudaMalloc(&cu_seqlens, 1024 * 4));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<uint16_t> h(static_cast<size_t>(elems));
+    for (void* p : {q, k, v, dout}) {
+      for (auto& x : h) {
+        const float f = normal(rng);
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        x = static_cast<uint16_t>(bits >> 16);
+      }
+      CHECK_CUDA(cudaMemcpy(p, h.data(), elems * 2, cudaMemcpyHostToDevice));
+    }
+  }
+
+  // Uploads cu_seqlens for `lens` (at most 1023 sequences, at most `rows` tokens) and returns causal
+  // params over them; *flops = the forward's useful FLOPs, 4 * heads * d * sum(len^2) / 2.
+  AttentionBackwardParams causal_params(const std::vector<int32_t>& lens, double* flops) const {
+    std::vector<int32_t> cu_h{0};
+    *flops = 0;
+    for (int32_t l : lens) {
+      cu_h.push_back(cu_h.back() + l);
+      *flops += 4.0 * heads * head_dim * static_cast<double>(l) * l / 2;
+    }
+    CHECK_CUDA(cudaMemcpy(cu_seqlens, cu_h.data(), cu_h.size() * 4, cudaMemcpyHostToDevice));
+    AttentionBackwardParams p;
+    p.dtype = DType::bf16;
+    p.q = q; p.k = k; p.v = v; p.out = out; p.lse = lse;
+    p.dout = dout; p.dq = dq; p.dk = dk; p.dv = dv;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.out_row_stride = heads * head_dim;
+    p.dout_row_stride = p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = heads * head_dim;
+    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = head_dim;
+    p.dout_head_stride = p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = head_dim;
+    p.total_q = p.total_k = cu_h.back();
+    p.lse_head_stride = p.total_q;
+    p.cu_seqlens_q = p.cu_seqlens_k = cu_seqlens;
+    p.batch = static_cast<int64_t>(lens.size());
+    p.max_seqlen_q = p.max_seqlen_k = *std::max_element(lens.begin(), lens.end());
+    p.heads = p.kv_heads = heads;
+    p.head_dim = head_dim;
+    p.softmax_scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+    p.causal = true;
+    return p;
+  }
+};
+
+}  // namespace varpack::bench
