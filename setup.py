@@ -26,17 +26,20 @@ if want_cuda == "auto":
     want_cuda = "1" if (torch.version.cuda is not None and CUDA_HOME is not None) else "0"
 
 if want_cuda == "1":
+    # The kernels' .cu files without the standalone check programs (test_*.cu have a main).
+    cuda_kernels = [f for f in sources("src/attn/cuda/*.cu") if not os.path.basename(f).startswith("test_")]
     extension = CUDAExtension(
         "varpack._C",
-        core + sources("src/attn/cuda/*.cu", "python/csrc/cuda/*.cpp"),
+        core + cuda_kernels + sources("python/csrc/cuda/*.cpp"),
         include_dirs=[os.path.abspath("include"), os.path.abspath("src")],
         libraries=["simdjson"],
-        define_macros=[("VARPACK_WITH_CUDA", "1")],
+        define_macros=[("VARPACK_WITH_CUDA", "1"), ("VARPACK_SM90A", "1")],
         extra_compile_args={
             "cxx": cxx_flags,
             "nvcc": ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-lineinfo",
                      "-gencode=arch=compute_80,code=sm_80",
-                     "-gencode=arch=compute_90,code=sm_90"],
+                     # sm_90a: Hopper's wgmma kernels (and everything else for sm_90 devices).
+                     "-gencode=arch=compute_90a,code=sm_90a"],
         },
     )
 else:

@@ -10,7 +10,8 @@
 #   cp /usr/include/simdjson.h .gpu-deps/include/ && cp -P /usr/lib/x86_64-linux-gnu/libsimdjson.so* .gpu-deps/lib/
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
-#   test: standalone test (both backward modes), pytest; bench: both benchmarks; sanitize:
+#   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, then
+#   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone one on both kernel paths); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments; profile: ncu on the main kernels at 16 x 4k;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
@@ -71,8 +72,10 @@ cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
   >>"$out/build.log"
 
 if [[ $want == *" test "* ]]; then
+  [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
-    step tests.log standalone_test 120 build-gpu/test_attention_cuda
+    step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
+    VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
     tests/python/test_cuda_attention.py
 fi
@@ -89,7 +92,8 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
 fi
 if [[ $want == *" bench "* ]]; then
   [ -x build-gpu/bench_attention_cuda ] &&
-    step bench.log bench_standalone 120 build-gpu/bench_attention_cuda 20
+    step bench.log bench_standalone 120 build-gpu/bench_attention_cuda 20 &&
+    VARPACK_CUDA_KERNELS=mma step bench.log bench_mma 120 build-gpu/bench_attention_cuda 20
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
 fi
@@ -103,6 +107,6 @@ fi
 
 echo "==== logs in $out"
 [ -f "$out/tests.log" ] && grep -E "^(FAIL|FAILED|ERROR)" "$out/tests.log" | head -12
-[ -f "$out/bench.log" ] && grep -A12 "==== bench_standalone" "$out/bench.log"
+[ -f "$out/bench.log" ] && grep -A10 -E "==== bench_(standalone|mma)" "$out/bench.log"
 [ -f "$out/bench_peers.md" ] && cat "$out/bench_peers.md"
 printf '%s\n' "${summary[@]}"

@@ -17,7 +17,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 if command -v nvcc >/dev/null 2>&1; then
-  echo "== CUDA kernels: compile for sm_80 and sm_90 (build-cuda/; they run only on the GPU machine)"
+  echo "== CUDA kernels: compile for sm_80 and sm_90a (build-cuda/; they run only on the GPU machine)"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_CUDA=ON \
         -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON >/dev/null
   cmake --build build-cuda

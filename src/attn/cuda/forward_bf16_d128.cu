@@ -1,12 +1,15 @@
-// Forward kernel instance: bf16, head dim 128.
+// Forward kernel instance: bf16, head dim 128; the Hopper kernel where it serves the device.
 #include "attn/cuda/forward_kernel.cuh"
+#include "attn/cuda/hopper_forward.cuh"
+#include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 
 namespace varpack::cuda {
 
 template <>
 void run_forward<__nv_bfloat16, 128>(const AttentionParams& params, cudaStream_t stream) {
-  launch_forward<__nv_bfloat16, 128>(params, stream);
+  if (use_hopper_kernels()) launch_hopper_forward<__nv_bfloat16, 128>(params, stream);
+  else launch_forward<__nv_bfloat16, 128>(params, stream);
 }
 
 }  // namespace varpack::cuda

@@ -1,0 +1,228 @@
+// Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
+// algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. One block =
+// one query tile of one head; each warpgroup owns 64 query rows. K/V tiles of kBlockN keys stream
+// through two shared-memory stages with cp.async, one barrier per tile; S = Q K^T reads both
+// operands from shared memory, and O += P V takes P from registers, so P never leaves the
+// multiprocessor's registers. The warpgroups run independently between barriers, so one's softmax
+// overlaps another's matrix products.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attn/cuda/forward_kernel.cuh"
+#include "attn/cuda/kernel_common.cuh"
+#include "attn/cuda/tile_bounds.cuh"
+#include "attn/cuda/wgmma.cuh"
+#include "varpack/attention.h"
+
+namespace varpack::cuda {
+
+template <int D, int Warpgroups, int BlockN>
+struct HopperForwardTile {
+  static constexpr int kD = D;
+  static constexpr int kThreads = Warpgroups * 128;
+  static constexpr int kBlockM = Warpgroups * 64;
+  static constexpr int kBlockN = BlockN;
+  using QTile = GmmaTile<kBlockM, D>;
+  using KvTile = GmmaTile<kBlockN, D>;
+  // Q, then K and V in two stages each, from a 1024-byte boundary (the swizzle's period).
+  static constexpr int kSmemBytes = 1024 + QTile::kBytes + 4 * KvTile::kBytes;
+};
+
+// d64: 3 warpgroups x 64 rows (registers allow it: S 64 + O 32 fp32 per thread); d128: 2.
+template <int D>
+struct HopperForwardConfig : HopperForwardTile<D, D == 64 ? 3 : 2, 128> {};
+
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    hopper_forward_kernel(const AttentionParams p, int64_t slots) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = Cfg::kD;
+  constexpr int kBM = Cfg::kBlockM;
+  constexpr int kBN = Cfg::kBlockN;
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+  extern __shared__ unsigned char smem_raw[];
+
+  const TileSlot slot = find_slot<kBM>(p.cu_seqlens_q, p.batch, slots);
+  if (!slot.valid) return;
+  const int h = static_cast<int>(blockIdx.y);
+  const int hk = h / (p.heads / p.kv_heads);
+  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  const int64_t m0 = slot.block * kBM;
+  const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
+  const Range keys = keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right);
+  const int64_t n_first = keys.begin / kBN * kBN;
+  const int num_tiles =
+      keys.end > n_first ? static_cast<int>((keys.end - n_first + kBN - 1) / kBN) : 0;
+
+  const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+
+  const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
+  const uint32_t sK = sQ + QTile::kBytes;
+  const uint32_t sV = sK + 2 * KvTile::kBytes;
+
+  load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
+  if (num_tiles > 0) {
+    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n_first, seq.k_len);
+    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n_first, seq.k_len);
+  }
+  cp_async_commit();
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int wg = warp / 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4;   // accumulator row (and row + 8) inside the warp's 16
+  const int qd = lane % 4;  // accumulator column pair
+  const int warp_row = warp * 16;
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};  // per thread; reduced over the quad at the end
+  // Visibility bounds of this thread's rows as in forward_kernel (delta = 8 * r for row g + 8r).
+  int vis_begin, vis_end;
+  {
+    const int64_t row = m0 + warp_row + g + seq.k_len - seq.q_len;
+    const int64_t right = p.causal ? 0 : p.window_right;
+    const int64_t far = INT32_MAX - 32;
+    const int64_t b = p.window_left < 0 ? -far : row - p.window_left;
+    const int64_t e = right < 0 ? far : row + right + 1;
+    vis_begin = static_cast<int>(b < -far ? -far : (b > far ? far : b));
+    vis_end = static_cast<int>(e < -far ? -far : (e > far ? far : e));
+  }
+  const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+
+  for (int t = 0; t < num_tiles; ++t) {
+    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile t is in; every warpgroup is done with the stage tile t + 1 refills
+    if (t + 1 < num_tiles) {
+      const uint32_t nb = ((t + 1) & 1) * KvTile::kBytes;
+      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK + nb, k, p.k_row_stride, n0 + kBN, seq.k_len);
+      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV + nb, v, p.v_row_stride, n0 + kBN, seq.k_len);
+    }
+    cp_async_commit();
+    const uint32_t stage = (t & 1) * KvTile::kBytes;
+
+    float s[kBN / 2];
+    pin_registers(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
+      const uint64_t dq = gmma_desc(q_rows + (kk / 4) * QTile::kBlockBytes + col, 0, 1024);
+      const uint64_t dk = gmma_desc(sK + stage + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024);
+      Wgmma<T, kBN>::template ss<0, 0>(s, dq, dk, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_registers(s);
+
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) s[i] = raw_score<kSoftcap>(s[i], p.softmax_scale, p.softcap);
+    }
+    if (!tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
+                            p.window_right)) {
+      const int j0 = static_cast<int>(n0) + 2 * qd;
+      const int k_len = static_cast<int>(seq.k_len);
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int delta = 8 * (c / 2);
+          const int j = j0 + i * 8 + (c & 1);
+          if (j < vis_begin + delta || j >= vis_end + delta || j >= k_len) s[4 * i + c] = -INFINITY;
+        }
+    }
+
+    uint32_t pf[kBN / 16][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx);
+      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+      const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+      const float alpha = fast_exp2(row_max[r] * c_log2 - m_use);
+      row_max[r] = m_new;
+      row_sum[r] *= alpha;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[4 * i + 2 * r] *= alpha;
+        o[4 * i + 2 * r + 1] *= alpha;
+      }
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        const float p0 = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+        const float p1 = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+        row_sum[r] += p0 + p1;
+        // The accumulator layout of key octets 2kk and 2kk + 1 is the A layout of k-step kk.
+        pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(p0, p1);
+      }
+    }
+
+    pin_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint64_t dv = gmma_desc(sV + stage + kk * 16 * 128, KvTile::kBlockBytes, 1024);
+      Wgmma<T, D>::template rs<1>(o, pf[kk], dv, 1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_registers(o);
+  }
+  cp_async_wait<0>();
+
+  T* out = static_cast<T*>(p.out) + seq.q_begin * p.out_row_stride + h * p.out_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int64_t i = m0 + warp_row + g + 8 * r;
+    if (i >= seq.q_len) continue;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* row = out + i * p.out_row_stride;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<uint32_t*>(row + dn * 8 + 2 * qd) =
+          Mma<T>::pack(o[4 * dn + 2 * r] * inv, o[4 * dn + 2 * r + 1] * inv);
+    if (qd == 0 && p.lse != nullptr)
+      p.lse[h * p.lse_head_stride + seq.q_begin + i] =
+          sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+  }
+#endif
+}
+
+template <class T, int D>
+void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
+  using Cfg = HopperForwardConfig<D>;
+  const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
+  if (slots <= 0 || p.heads <= 0) return;
+  const auto kernel = p.softcap > 0.f ? hopper_forward_kernel<T, Cfg, true>
+                                      : hopper_forward_kernel<T, Cfg, false>;
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr != cudaSuccess)
+    throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
+                cudaGetErrorString(attr));
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, slots);
+  check_launch("the Hopper forward kernel");
+}
+
+}  // namespace varpack::cuda
