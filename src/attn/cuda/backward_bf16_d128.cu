@@ -1,5 +1,8 @@
-// Backward kernel instance: bf16, head dim 128.
+// Backward kernel instance: bf16, head dim 128; the atomic-dQ mode on the Hopper kernel where it
+// serves the device.
 #include "attn/cuda/backward_kernels.cuh"
+#include "attn/cuda/hopper_backward.cuh"
+#include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 
 namespace varpack::cuda {
@@ -7,7 +10,9 @@ namespace varpack::cuda {
 template <>
 void run_backward<__nv_bfloat16, 128>(const AttentionBackwardParams& params, void* workspace,
                               cudaStream_t stream) {
-  launch_backward<__nv_bfloat16, 128>(params, workspace, stream);
+  if (!params.deterministic && use_hopper_kernels())
+    launch_hopper_backward<__nv_bfloat16, 128>(params, workspace, stream);
+  else launch_backward<__nv_bfloat16, 128>(params, workspace, stream);
 }
 
 }  // namespace varpack::cuda

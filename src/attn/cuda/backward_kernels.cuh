@@ -597,12 +597,12 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
                          static_cast<const float*>(delta));
 }
 
-// Non-deterministic (atomic dQ) backward with an explicit dK/dV tile shape. workspace: Delta
-// (delta_workspace_bytes), then the fp32 dQ accumulator [total_q, heads, D].
-template <class T, class Dkdv>
-void launch_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
-                                 cudaStream_t stream) {
-  constexpr int D = Dkdv::kD;
+// Non-deterministic (atomic dQ) backward around a dK/dV/dQ launch: clears the fp32 dQ accumulator,
+// computes Delta, calls launch_dkdv(delta, dq_accum, stream), then scales and rounds dQ. workspace:
+// Delta (delta_workspace_bytes), then the accumulator [total_q, heads, D].
+template <class T, int D, class LaunchDkdv>
+void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream,
+                         LaunchDkdv launch_dkdv) {
   float* delta = static_cast<float*>(workspace);
   float* dq_accum =
       reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + delta_workspace_bytes(p));
@@ -616,19 +616,28 @@ void launch_backward_atomic_with(const AttentionBackwardParams& p, void* workspa
                   cudaGetErrorString(zero));
   }
   launch_delta<T, D>(p, delta, stream);
-  const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
-  if (key_slots > 0 && p.kv_heads > 0)
-    launch_backward_pass(p.softcap > 0.f ? dkdv_kernel<T, Dkdv, true, true>
-                                         : dkdv_kernel<T, Dkdv, false, true>,
-                         Dkdv::kThreads, Dkdv::kSmemBytesAtomic, key_slots, p.kv_heads,
-                         "the backward dK/dV/dQ kernel", stream, p,
-                         static_cast<const float*>(delta), dq_accum);
+  launch_dkdv(static_cast<const float*>(delta), dq_accum, stream);
   // Rows past cu_seqlens_q[batch] are skipped inside, so the grid covers all total_q rows.
   if (accum_elems > 0) {
     const int64_t blocks = (accum_elems / 4 + 255) / 256;
     dq_convert_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, dq_accum);
     check_launch("the backward dQ conversion kernel");
   }
+}
+
+// The atomic-dQ backward on mma.sync with an explicit dK/dV tile shape.
+template <class T, class Dkdv>
+void launch_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
+                                 cudaStream_t stream) {
+  run_atomic_backward<T, Dkdv::kD>(p, workspace, stream, [&](const float* delta, float* dq_accum,
+                                                            cudaStream_t s) {
+    const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
+    if (key_slots > 0 && p.kv_heads > 0)
+      launch_backward_pass(p.softcap > 0.f ? dkdv_kernel<T, Dkdv, true, true>
+                                           : dkdv_kernel<T, Dkdv, false, true>,
+                           Dkdv::kThreads, Dkdv::kSmemBytesAtomic, key_slots, p.kv_heads,
+                           "the backward dK/dV/dQ kernel", s, p, delta, dq_accum);
+  });
 }
 
 // The (dtype, head dim) instance's backward: p.deterministic picks the mode.
