@@ -67,8 +67,9 @@ build_pid=$!
 wait $build_pid
 summary+=("$(printf '%-18s rc=%-3s' build_standalone $?)")
 cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
-  awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /LDSM/ {l[f]++} /LDL|STL/ {s[f]++} /RED[G.]/ {r[f]++}
-       END {for (k in h) printf "%s HMMA %d LDSM %d local %d RED %d\n", k, h[k], l[k], s[k], r[k]}' \
+  awk '/Function :/ {f=$3} /HMMA|HGMMA/ {h[f]++} /HGMMA/ {w[f]++} /LDSM/ {l[f]++} /LDL|STL/ {s[f]++}
+       /RED[G.]/ {r[f]++}
+       END {for (k in h) printf "%s HMMA %d HGMMA %d LDSM %d local %d RED %d\n", k, h[k], w[k], l[k], s[k], r[k]}' \
   >>"$out/build.log"
 
 if [[ $want == *" test "* ]]; then
@@ -83,7 +84,7 @@ if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
   step bench.log tile_shapes 200 build-gpu/tile_shapes 10
 fi
 if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
-  for kernel in forward_kernel dkdv_kernel dq_kernel; do
+  for kernel in hopper_forward_kernel hopper_backward_kernel; do
     step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
       --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \

@@ -4,8 +4,8 @@
 // q head of its group) that can see its keys. Per tile, each warpgroup computes S^T = K Q^T and
 // dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
 // dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
-// memory, where after one barrier each warpgroup computes half of the head columns of dQ = dS K
-// over all 128 keys and adds them to the fp32 accumulator with vector reductions.
+// memory, where after one barrier each warpgroup computes its share of the head columns of
+// dQ = dS K over all the block's keys and adds them to the fp32 accumulator with vector reductions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,12 +21,22 @@
 
 namespace varpack::cuda {
 
+// Two warpgroups x 64 keys per block; each computes half of dQ's columns over both warpgroups'
+// keys. Measured on the H200 (bf16, d128, causal, 16 heads; experiments/tile_shapes.cu,
+// 2026-11-30), against this shape at 183 / 271 / 309 TFLOP/s (64 x 1k / 16 x 4k / 4 x 16k): one
+// warpgroup per block, two blocks per multiprocessor, 159 / 201 / 212; waiting for S^T and dP^T
+// together 180 / 268 / 304; warpgroup ping-pong 176 / 255 / 287; dV/dK deferred to the next
+// iteration (three stages) 168 / 242 / 267. dQ's reductions take about a third of the time (left
+// out, 231 / 381 / 457), but staging them for bulk reductions (175 / 256 / 288), 16-byte vector
+// reductions (178 / 258 / 292) or a per-block rotation of the query tiles (179 / 265 / 300) did
+// not help.
 template <int D>
 struct HopperBackwardConfig {
   static constexpr int kD = D;
   static constexpr int kThreads = 256;
   static constexpr int kKeysPerBlock = 128;
   static constexpr int kQueryStep = 64;
+  static constexpr int kDqCols = D / 2;  // each warpgroup's share of dQ's columns
   using KvTile = GmmaTile<kKeysPerBlock, D>;
   using QTile = GmmaTile<kQueryStep, D>;
   using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
@@ -43,7 +53,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int D = Cfg::kD;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
-  constexpr int kDqCols = D / 2;  // each warpgroup's share of dQ's columns
+  constexpr int kDqCols = Cfg::kDqCols;
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -75,9 +85,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float* stat = reinterpret_cast<const float*>(smem_raw + (sStat - raw_addr));
 
   // Queues the loads of iteration `it` (q head and query tile) into stage it & 1.
+  auto tile_start = [&](int it) { return m_first + static_cast<int64_t>(it % m_tiles) * kBM; };
   auto load_queries = [&](int it) {
     const int h = hk * group + it / m_tiles;
-    const int64_t m0 = m_first + static_cast<int64_t>(it % m_tiles) * kBM;
+    const int64_t m0 = tile_start(it);
     const uint32_t stage = (it & 1) * QTile::kBytes;
     const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
     const T* dout =
@@ -117,10 +128,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   for (int it = 0; it < iters; ++it) {
     const int h = hk * group + it / m_tiles;
-    const int64_t m0 = m_first + static_cast<int64_t>(it % m_tiles) * kBM;
+    const int64_t m0 = tile_start(it);
     cp_async_wait<0>();
     fence_proxy_async();
-    __syncthreads();  // tile it is in; every warpgroup is done with stage (it + 1) & 1 and dS^T
+    __syncthreads();  // tile it is in; every warpgroup is done with the stage it + 1 refills and dS^T
     if (it + 1 < iters) load_queries(it + 1);
     cp_async_commit();
     const uint32_t qb = sQ + (it & 1) * QTile::kBytes;
@@ -128,7 +139,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const float* lse = stat + (it & 1) * 2 * kBM;
     const float* dlt = lse + kBM;
 
-    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64 queries, both K-major.
+    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64 queries, both K-major, in two
+    // groups, so that P^T = exp(S^T - lse) is computed while dP^T is still on the tensor cores.
     float st[kBM / 2], dpt[kBM / 2];
     pin_registers(st);
     pin_registers(dpt);
@@ -136,19 +148,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
-      const uint32_t kv_blk = (kk / 4) * KvTile::kBlockBytes + col;
-      const uint32_t q_blk = (kk / 4) * QTile::kBlockBytes + col;
-      Wgmma<T, kBM>::template ss<0, 0>(st, gmma_desc(k_rows + kv_blk, 0, 1024),
-                                       gmma_desc(qb + q_blk, 0, 1024), kk > 0);
-      Wgmma<T, kBM>::template ss<0, 0>(dpt, gmma_desc(v_rows + kv_blk, 0, 1024),
-                                       gmma_desc(dob + q_blk, 0, 1024), kk > 0);
+      Wgmma<T, kBM>::template ss<0, 0>(
+          st, gmma_desc(k_rows + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024),
+          gmma_desc(qb + (kk / 4) * QTile::kBlockBytes + col, 0, 1024), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk % 4) * 32;
+      Wgmma<T, kBM>::template ss<0, 0>(
+          dpt, gmma_desc(v_rows + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024),
+          gmma_desc(dob + (kk / 4) * QTile::kBlockBytes + col, 0, 1024), kk > 0);
+    }
+    wgmma_commit();
+    // With softcap, dS^T needs each score's slope next to P^T: wait for both products.
+    if constexpr (kSoftcap) wgmma_wait<0>();
+    else wgmma_wait<1>();
     pin_registers(st);
-    pin_registers(dpt);
 
-    // P^T and dS^T; accumulator (row, column) = (key warp * 16 + g + 8 * (c / 2), query 8i + 2qd + c % 2).
+    // P^T, and with softcap dS^T; accumulator (row, column) = (key warp * 16 + g + 8 * (c / 2),
+    // query 8i + 2qd + c % 2).
     const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                                          p.window_right);
 #pragma unroll
@@ -167,9 +186,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (!visible) pr = 0.f;
         }
         st[4 * i + c] = pr;
-        dpt[4 * i + c] = kSoftcap ? pr * (dpt[4 * i + c] - dlt[col]) * slope
-                                  : pr * (dpt[4 * i + c] - dlt[col]);
+        if constexpr (kSoftcap) dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col]) * slope;
       }
+    if constexpr (!kSoftcap) {
+      wgmma_wait<0>();
+      pin_registers(dpt);
+#pragma unroll
+      for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
+    } else {
+      pin_registers(dpt);
+    }
     // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
     // and dS^T into shared memory for the dQ product.
     uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
@@ -185,18 +213,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fence_proxy_async();
 
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries).
-    pin_registers(dv);
-    pin_registers(dk);
-    wgmma_fence();
+    auto issue_dkdv = [&] {
+      pin_registers(dv);
+      pin_registers(dk);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBM / 16; ++kk) {
-      Wgmma<T, D>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
-      Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
-    }
-    wgmma_commit();
-    __syncthreads();  // both warpgroups' dS^T rows are in shared memory
+      for (int kk = 0; kk < kBM / 16; ++kk) {
+        Wgmma<T, D>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
+        Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      }
+      wgmma_commit();
+    };
+    issue_dkdv();
+    __syncthreads();  // every warp's dS^T rows are in shared memory
 
-    // dQ[:, this warpgroup's columns] = dS K over the block's 128 keys: A = dS^T read MN-major,
+    // dQ[:, this warpgroup's columns] = dS K over the block's keys: A = dS^T read MN-major,
     // B = K read MN-major (rows = keys).
     float dq[kDqCols / 2];
     pin_registers(dq);
@@ -209,8 +240,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     pin_registers(dq);
-    pin_registers(dv);
-    pin_registers(dk);
     // Accumulator rows are queries (warp % 4) * 16 + g + 8r of the tile.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -218,9 +247,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (i >= seq.q_len) continue;
       float* row = dq_accum + ((seq.q_begin + i) * p.heads + h) * D + wg * kDqCols + 2 * qd;
 #pragma unroll
-      for (int n = 0; n < kDqCols / 8; ++n) red_add_f32x2(row + n * 8, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+      for (int n = 0; n < kDqCols / 8; ++n)
+        red_add_f32x2(row + n * 8, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
     }
   }
+  wgmma_wait<0>();
+  pin_registers(dv);
+  pin_registers(dk);
   cp_async_wait<0>();
 
   T* dkp = static_cast<T*>(p.dk) + seq.k_begin * p.dk_row_stride + hk * p.dk_head_stride;

@@ -71,6 +71,14 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Named barriers (0 is __syncthreads'): sync waits until `threads` threads have arrived or synced
+// at barrier `id`; arrive counts this thread without waiting.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // Keeps the compiler from moving accesses of an accumulator across the asynchronous wgmma window.
 template <int N>
 __device__ __forceinline__ void pin_registers(float (&d)[N]) {
