@@ -54,6 +54,22 @@ __global__ void product(const bf16* a, const bf16* b, float* c, int n0) {
   const uint32_t aBase = smem_addr(sA), bBase = smem_addr(sB);
   const int warp = t / 32, lane = t % 32, g = lane / 4, qd = lane % 4;
 
+  // A in registers (mode 2): every k-step's fragment is loaded before the first product, as the
+  // kernels do, so no register the tensor cores read changes while they run.
+  uint32_t frag[kK / 16][4];
+  if constexpr (kAMode == 2) {
+    auto at = [&](int m, int k) { return a[m * kK + k]; };
+    const int m = warp * 16 + g;
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+      const int k = kk * 16 + 2 * qd;
+      const __nv_bfloat162 v[4] = {{at(m, k), at(m, k + 1)}, {at(m + 8, k), at(m + 8, k + 1)},
+                                   {at(m, k + 8), at(m, k + 9)}, {at(m + 8, k + 8), at(m + 8, k + 9)}};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) frag[kk][e] = *reinterpret_cast<const uint32_t*>(&v[e]);
+    }
+  }
+
   float d[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
@@ -69,13 +85,7 @@ __global__ void product(const bf16* a, const bf16* b, float* c, int n0) {
       db = gmma_desc(bBase + n0 * 128 + (kk / 4) * GmmaTile<kN, kK>::kBlockBytes + (kk % 4) * 32,
                      GmmaTile<kN, kK>::kBlockBytes, 1024);
     if constexpr (kAMode == 2) {
-      auto at = [&](int m, int k) { return a[m * kK + k]; };
-      const int m = warp * 16 + g, k = kk * 16 + 2 * qd;
-      __nv_bfloat162 v0{at(m, k), at(m, k + 1)}, v1{at(m + 8, k), at(m + 8, k + 1)};
-      __nv_bfloat162 v2{at(m, k + 8), at(m, k + 9)}, v3{at(m + 8, k + 8), at(m + 8, k + 9)};
-      const uint32_t frag[4] = {*reinterpret_cast<uint32_t*>(&v0), *reinterpret_cast<uint32_t*>(&v1),
-                                *reinterpret_cast<uint32_t*>(&v2), *reinterpret_cast<uint32_t*>(&v3)};
-      Wgmma<bf16, N>::template rs<kBMn>(d, frag, db, 1);
+      Wgmma<bf16, N>::template rs<kBMn>(d, frag[kk], db, 1);
     } else {
       const uint64_t da =
           kAMode == 1 ? gmma_desc(aBase + kk * 2048, GmmaTile<kK, kM>::kBlockBytes, 1024)
