@@ -11,9 +11,10 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, then
-#   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone one on both kernel paths); sanitize:
-#   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
-#   the slowest part); tune: tile-shape experiments; profile: ncu on the main kernels at 16 x 4k;
+#   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
+#   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments;
+#   profile: ncu on the Hopper kernels at 16 x 4k;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
 #   the standalone library, test and benchmark alone, the quickest full check of the kernels.
 #   SANITIZE_S=60 caps each sanitizer step at 60 s (default 120 and 150).
