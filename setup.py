@@ -13,7 +13,7 @@ def sources(*patterns):
     return sorted(f for p in patterns for f in glob.glob(p))
 
 
-core = sources("src/pack/*.cpp", "src/batch/*.cpp", "src/io/*.cpp",
+core = sources("src/pack/*.cpp", "src/balance/*.cpp", "src/batch/*.cpp", "src/io/*.cpp",
                "src/attn/reference/*.cpp", "src/attn/cpu/*.cpp", "python/csrc/*.cpp")
 # torch's headers as system headers (gcc then drops their -I twin): their own -Wextra warnings
 # would bury ours.
