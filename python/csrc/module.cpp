@@ -1,4 +1,5 @@
-// varpack._C: Python bindings of the planner (pack.h) and the batch builder (batch.h). They only
+// varpack._C: Python bindings of the planner (pack.h), the rank balancer (balance.h) and the batch
+// builder (batch.h). They only
 // convert: numpy arrays in, numpy views / torch tensors out, varpack::Error -> ValueError with the
 // same message. python/varpack/packing.py gives them their Python shape. (The attention operators
 // are registered with torch in attention_op.cpp, loaded with this module.)
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "varpack/balance.h"
 #include "varpack/batch.h"
 #include "varpack/error.h"
 #include "varpack/pack.h"
@@ -177,6 +179,40 @@ varpack::PackPlan plan_packing(py::array_t<int64_t, py::array::c_style | py::arr
   return varpack::plan_packing(span, options);
 }
 
+py::dict balance_stats_dict(const varpack::BalanceStats& s) {
+  py::dict d;
+  d["rows"] = s.rows;
+  d["assigned_rows"] = s.assigned_rows;
+  d["dropped_rows"] = s.dropped_rows;
+  d["steps"] = s.steps;
+  d["partial_step_rows"] = s.partial_step_rows;
+  d["round_robin_steps"] = s.round_robin_steps;
+  d["total_cost"] = s.total_cost;
+  d["step_time"] = s.step_time;
+  d["ideal_step_time"] = s.ideal_step_time;
+  d["mean_imbalance"] = s.mean_imbalance;
+  d["max_imbalance"] = s.max_imbalance;
+  return d;
+}
+
+py::array_t<double> row_costs(const varpack::PackPlan& plan, double alpha, double beta) {
+  const std::vector<double> costs = varpack::row_costs(plan, varpack::CostModel{alpha, beta});
+  return py::array_t<double>(static_cast<py::ssize_t>(costs.size()), costs.data());
+}
+
+varpack::RankAssignment balance_rows(py::array_t<double, py::array::c_style | py::array::forcecast> costs,
+                                     int64_t ranks, int64_t rows_per_rank, bool drop_last,
+                                     const std::string& method) {
+  varpack::BalanceOptions options;
+  options.ranks = ranks;
+  options.rows_per_rank = rows_per_rank;
+  options.drop_last = drop_last;
+  options.method = varpack::parse_balance_method(method);
+  const std::span<const double> span(costs.data(), static_cast<size_t>(costs.size()));
+  py::gil_scoped_release release;
+  return varpack::balance_rows(span, options);
+}
+
 py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t row_last, py::sequence samples,
                      int64_t pad_to_multiple, int32_t pad_token_id, bool restart_positions_per_piece) {
   const SequenceTokenSource source(std::move(samples));
@@ -239,9 +275,40 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::pickle(&plan_state, &plan_from_state))
       .def("__eq__", [](const varpack::PackPlan& a, const varpack::PackPlan& b) { return a == b; });
 
+  py::class_<varpack::RankAssignment>(m, "RankAssignment")
+      .def_readonly("ranks", &varpack::RankAssignment::ranks)
+      .def_readonly("rows_per_rank", &varpack::RankAssignment::rows_per_rank)
+      .def_property_readonly("rows",
+                             [](py::object self) {
+                               const auto& a = self.cast<const varpack::RankAssignment&>();
+                               return view_of(a.rows.data(), {static_cast<py::ssize_t>(a.rows.size())}, self);
+                             })
+      .def_property_readonly("rank_begin",
+                             [](py::object self) {
+                               const auto& a = self.cast<const varpack::RankAssignment&>();
+                               return view_of(a.rank_begin.data(), {static_cast<py::ssize_t>(a.rank_begin.size())},
+                                              self);
+                             })
+      .def_property_readonly("rank_cost",
+                             [](py::object self) {
+                               const auto& a = self.cast<const varpack::RankAssignment&>();
+                               return view_of(a.rank_cost.data(), {a.steps(), a.ranks}, self);
+                             })
+      .def_property_readonly("step_imbalance",
+                             [](py::object self) {
+                               const auto& a = self.cast<const varpack::RankAssignment&>();
+                               return view_of(a.step_imbalance.data(), {a.steps()}, self);
+                             })
+      .def_property_readonly("stats", [](const varpack::RankAssignment& a) { return balance_stats_dict(a.stats); });
+
   m.def("plan_packing", &plan_packing, py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"),
         py::arg("overlong"), py::arg("batch_size"), py::arg("shuffle_rows"), py::arg("seed"));
   m.def("build_packed_batch", &build_batch, py::arg("plan"), py::arg("row_first"), py::arg("row_last"),
         py::arg("samples"), py::arg("pad_to_multiple"), py::arg("pad_token_id"),
         py::arg("restart_positions_per_piece"));
+  const varpack::CostModel default_model;
+  m.def("row_costs", &row_costs, py::arg("plan"), py::arg("alpha") = default_model.alpha,
+        py::arg("beta") = default_model.beta);
+  m.def("balance_rows", &balance_rows, py::arg("costs"), py::arg("ranks"), py::arg("rows_per_rank"),
+        py::arg("drop_last"), py::arg("method"));
 }
