@@ -97,6 +97,15 @@ py::array view_of(const T* data, std::vector<py::ssize_t> shape, const py::objec
   return a;
 }
 
+// A property getter: the 1-D read-only view of the vector `member` of the bound object.
+template <typename Owner, typename T>
+auto vector_view(std::vector<T> Owner::*member) {
+  return [member](py::object self) {
+    const std::vector<T>& v = self.cast<const Owner&>().*member;
+    return view_of(v.data(), {static_cast<py::ssize_t>(v.size())}, self);
+  };
+}
+
 // A copy of `v` as a 1-D tensor of element type Out. One plain loop on purpose: torch's own
 // conversion runs on its thread pool, which stalls for tens of milliseconds when the cores are busy
 // (a data loader next to training) and gains nothing on a copy this size.
@@ -278,27 +287,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<varpack::RankAssignment>(m, "RankAssignment")
       .def_readonly("ranks", &varpack::RankAssignment::ranks)
       .def_readonly("rows_per_rank", &varpack::RankAssignment::rows_per_rank)
-      .def_property_readonly("rows",
-                             [](py::object self) {
-                               const auto& a = self.cast<const varpack::RankAssignment&>();
-                               return view_of(a.rows.data(), {static_cast<py::ssize_t>(a.rows.size())}, self);
-                             })
-      .def_property_readonly("rank_begin",
-                             [](py::object self) {
-                               const auto& a = self.cast<const varpack::RankAssignment&>();
-                               return view_of(a.rank_begin.data(), {static_cast<py::ssize_t>(a.rank_begin.size())},
-                                              self);
-                             })
+      .def_property_readonly("rows", vector_view(&varpack::RankAssignment::rows))
+      .def_property_readonly("rank_begin", vector_view(&varpack::RankAssignment::rank_begin))
       .def_property_readonly("rank_cost",
                              [](py::object self) {
                                const auto& a = self.cast<const varpack::RankAssignment&>();
                                return view_of(a.rank_cost.data(), {a.steps(), a.ranks}, self);
                              })
-      .def_property_readonly("step_imbalance",
-                             [](py::object self) {
-                               const auto& a = self.cast<const varpack::RankAssignment&>();
-                               return view_of(a.step_imbalance.data(), {a.steps()}, self);
-                             })
+      .def_property_readonly("step_imbalance", vector_view(&varpack::RankAssignment::step_imbalance))
       .def_property_readonly("stats", [](const varpack::RankAssignment& a) { return balance_stats_dict(a.stats); });
 
   m.def("plan_packing", &plan_packing, py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"),
