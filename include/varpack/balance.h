@@ -33,6 +33,12 @@ struct BalanceOptions {
   // r < m % ranks (m rows left), so some ranks get one row fewer, or none when m < ranks.
   bool drop_last = true;
   BalanceMethod method = BalanceMethod::lpt;
+  // Full steps whose rows are pooled before balancing. With W > 1, the rows of each run of W full
+  // steps are sorted by cost (descending, ties by row index) and cut into steps in that order, so
+  // a step holds rows of similar cost and runs cheaper: this is what helps when rows_per_rank is 1,
+  // where no assignment within a step can change its slowest row. The steps of a window then run
+  // from the most to the least costly. 1 keeps the rows' order (the default).
+  int64_t window_steps = 1;
 };
 
 struct BalanceStats {
@@ -50,7 +56,8 @@ struct BalanceStats {
 };
 
 // The rows of step s for rank r are rows[rank_begin[s * ranks + r] .. rank_begin[s * ranks + r + 1]),
-// in increasing row index (the order of the input within a rank's share).
+// in increasing row index. Step s holds rows s * ranks * rows_per_rank onwards in the given order,
+// or, with window_steps W > 1, rows of its window of W steps.
 struct RankAssignment {
   int64_t ranks = 0;
   int64_t rows_per_rank = 0;
@@ -72,8 +79,9 @@ struct RankAssignment {
 std::vector<double> row_costs(const PackPlan& plan, const CostModel& model);
 
 // Assigns rows with the given costs to ranks, step by step (see BalanceOptions). Throws
-// varpack::Error naming the parameter for ranks < 1, rows_per_rank < 1, a ranks * rows_per_rank
-// that overflows, or a negative or non-finite cost (naming the row).
+// varpack::Error naming the parameter for ranks < 1, rows_per_rank < 1, window_steps < 1, a
+// ranks * rows_per_rank (* window_steps) that overflows, or a negative or non-finite cost (naming
+// the row).
 RankAssignment balance_rows(std::span<const double> costs, const BalanceOptions& options);
 
 // The same on the rows of a plan, costed with row_costs(plan, model).

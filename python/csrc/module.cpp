@@ -211,8 +211,9 @@ py::array_t<double> row_costs(const varpack::PackPlan& plan, double alpha, doubl
 
 varpack::RankAssignment balance_rows(py::array_t<double, py::array::c_style | py::array::forcecast> costs,
                                      int64_t ranks, int64_t rows_per_rank, bool drop_last,
-                                     const std::string& method) {
+                                     const std::string& method, int64_t window_steps) {
   varpack::BalanceOptions options;
+  options.window_steps = window_steps;
   options.ranks = ranks;
   options.rows_per_rank = rows_per_rank;
   options.drop_last = drop_last;
@@ -306,5 +307,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_costs", &row_costs, py::arg("plan"), py::arg("alpha") = default_model.alpha,
         py::arg("beta") = default_model.beta);
   m.def("balance_rows", &balance_rows, py::arg("costs"), py::arg("ranks"), py::arg("rows_per_rank"),
-        py::arg("drop_last"), py::arg("method"));
+        py::arg("drop_last"), py::arg("method"), py::arg("window_steps"));
 }

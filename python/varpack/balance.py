@@ -124,7 +124,7 @@ def row_costs(plan: Plan, cost_model=None) -> np.ndarray:
 
 
 def balance_rows(rows, ranks: int, rows_per_rank: int, *, drop_last: bool = True, cost_model=None,
-                 method: str = "lpt") -> Balance:
+                 method: str = "lpt", window_steps: int = 1) -> Balance:
     """Assigns rows to `ranks` ranks, `rows_per_rank` rows per rank per step, with near-equal cost.
 
     rows:       a varpack.Plan (costed with `cost_model`, see row_costs), or a 1-D array of
@@ -135,9 +135,13 @@ def balance_rows(rows, ranks: int, rows_per_rank: int, *, drop_last: bool = True
                 none, and stats["partial_step_rows"] says so.
     method:     "lpt" (balance by cost) or "round_robin" (row i of a step -> rank i % ranks: the
                 baseline, for comparison).
+    window_steps: with W > 1, the rows of each W full steps are sorted by cost and cut into steps
+                in that order, so a step holds rows of similar cost (the steps of a window then run
+                from the costliest down). This is what helps with rows_per_rank=1, where no
+                assignment within a step can change its slowest row. 1 keeps the rows' order.
 
-    Steps take the rows in their order (the plan's, shuffled by its seed), so the result is the
-    same on every rank and every run.
+    Steps take the rows in their order (the plan's, shuffled by its seed) and nothing is random,
+    so the result is the same on every rank and every run.
     """
     if isinstance(rows, Plan):
         costs = row_costs(rows, cost_model)
@@ -150,4 +154,5 @@ def balance_rows(rows, ranks: int, rows_per_rank: int, *, drop_last: bool = True
         if costs.size and not (np.issubdtype(costs.dtype, np.floating) or np.issubdtype(costs.dtype, np.integer)):
             raise ValueError(f"row costs must be numbers, got dtype {costs.dtype}")
     return Balance(_C.balance_rows(costs.astype(np.float64, copy=False), operator.index(ranks),
-                                   operator.index(rows_per_rank), bool(drop_last), str(method)))
+                                   operator.index(rows_per_rank), bool(drop_last), str(method),
+                                   operator.index(window_steps)))

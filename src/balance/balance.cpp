@@ -1,5 +1,6 @@
-// Rows -> steps -> ranks (see balance.h): validation, grouping rows into steps in their order,
-// one assignment per step (step_assignment.h), the result's layout and its statistics.
+// Rows -> steps -> ranks (see balance.h): validation, grouping rows into steps (in their order, or
+// by cost within windows of steps), one assignment per step (step_assignment.h), the result's
+// layout and its statistics.
 #include "varpack/balance.h"
 
 #include <algorithm>
@@ -20,9 +21,30 @@ void check_options(const BalanceOptions& o) {
   if (o.rows_per_rank < 1)
     throw Error("balance: rows_per_rank must be >= 1 (rows each rank runs per step), got " +
                 std::to_string(o.rows_per_rank));
-  if (o.ranks > std::numeric_limits<int64_t>::max() / o.rows_per_rank)
+  if (o.window_steps < 1)
+    throw Error("balance: window_steps must be >= 1 (1 keeps the rows' order), got " +
+                std::to_string(o.window_steps));
+  if (o.ranks > std::numeric_limits<int64_t>::max() / o.rows_per_rank ||
+      o.ranks * o.rows_per_rank > std::numeric_limits<int64_t>::max() / o.window_steps)
     throw Error("balance: ranks (" + std::to_string(o.ranks) + ") x rows_per_rank (" +
-                std::to_string(o.rows_per_rank) + ") overflows 64 bits; use smaller values");
+                std::to_string(o.rows_per_rank) + ") x window_steps (" + std::to_string(o.window_steps) +
+                ") overflows 64 bits; use smaller values");
+}
+
+// The rows in step order: the given order, each window of `window_steps` full steps sorted by
+// cost (descending, ties by row index) when it is > 1.
+std::vector<int64_t> step_order(std::span<const double> costs, int64_t full_rows, int64_t assigned,
+                                int64_t window_rows, bool windows) {
+  std::vector<int64_t> order(static_cast<size_t>(assigned));
+  for (int64_t i = 0; i < assigned; ++i) order[i] = i;
+  if (!windows) return order;
+  for (int64_t first = 0; first < full_rows; first += window_rows) {
+    const auto begin = order.begin() + first;
+    std::sort(begin, begin + std::min(window_rows, full_rows - first), [&](int64_t a, int64_t b) {
+      return costs[a] > costs[b] || (costs[a] == costs[b] && a < b);
+    });
+  }
+  return order;
 }
 
 void check_costs(std::span<const double> costs) {
@@ -79,15 +101,18 @@ RankAssignment balance_rows(std::span<const double> costs, const BalanceOptions&
   st.steps = steps;
   st.partial_step_rows = partial ? left : 0;
 
+  const std::vector<int64_t> order =
+      step_order(costs, full_steps * step_rows, assigned, step_rows * options.window_steps, options.window_steps > 1);
   balance_detail::StepScratch scratch;
   std::vector<int64_t> caps(static_cast<size_t>(ranks));
   std::vector<int64_t> rank_of, fallback, next(static_cast<size_t>(ranks));
-  std::vector<double> loads(static_cast<size_t>(ranks)), fallback_loads(static_cast<size_t>(ranks));
+  std::vector<double> c, loads(static_cast<size_t>(ranks)), fallback_loads(static_cast<size_t>(ranks));
   double imbalance_sum = 0;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t first = s * step_rows;
     const int64_t n = std::min(step_rows, rows - first);
-    const std::span<const double> c = costs.subspan(static_cast<size_t>(first), static_cast<size_t>(n));
+    c.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) c[i] = costs[order[first + i]];
     // The counts round robin gives, for the partial step too: floor(n / ranks), +1 for r < n % ranks.
     for (int64_t r = 0; r < ranks; ++r) caps[r] = n / ranks + (r < n % ranks ? 1 : 0);
     rank_of.resize(static_cast<size_t>(n));
@@ -109,14 +134,21 @@ RankAssignment balance_rows(std::span<const double> costs, const BalanceOptions&
       balance_detail::rank_loads(c, rank_of, loads);
     }
 
-    // Each rank's rows in increasing index: bucket the items in order into their rank's range.
+    // Each rank's rows in increasing index (bucketed, then sorted: a window's order is by cost),
+    // and its cost summed in that order, so it can be reproduced from the result bit for bit.
     const int64_t base = s * ranks;
     for (int64_t r = 0; r < ranks; ++r) {
       out.rank_begin[base + r + 1] = out.rank_begin[base + r] + caps[r];
       next[r] = out.rank_begin[base + r];
+    }
+    for (int64_t i = 0; i < n; ++i) out.rows[next[rank_of[i]]++] = order[first + i];
+    for (int64_t r = 0; r < ranks; ++r) {
+      const auto mine = out.rows.begin() + out.rank_begin[base + r];
+      std::sort(mine, mine + caps[r]);
+      loads[r] = 0;
+      for (int64_t i = 0; i < caps[r]; ++i) loads[r] += costs[mine[i]];
       out.rank_cost[base + r] = loads[r];
     }
-    for (int64_t i = 0; i < n; ++i) out.rows[next[rank_of[i]]++] = first + i;
 
     double total = 0;
     for (const double l : loads) total += l;

@@ -1,5 +1,5 @@
 // Checks every RankAssignment must pass, whatever the method: each assigned row exactly once, in
-// its own step, k rows per rank in full steps (the round-robin counts in a partial one), rows
+// its own step (or window of steps), k rows per rank in full steps (the round-robin counts in a partial one), rows
 // increasing within a rank, and costs and statistics that match the rows.
 #pragma once
 
@@ -42,9 +42,13 @@ inline void check_assignment(const RankAssignment& a, const std::vector<double>&
       EXPECT_EQ(static_cast<int64_t>(mine.size()), want) << "step " << s << " rank " << r;
       EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end())) << "step " << s << " rank " << r;
       double load = 0;
+      // A step's rows come from its own range: the step, or its window of steps.
+      const int64_t window_rows = step_rows * o.window_steps;
+      const int64_t lo = s < full ? s / o.window_steps * window_rows : s * step_rows;
+      const int64_t hi = s < full ? std::min(lo + window_rows, full * step_rows) : rows;
       for (const int64_t row : mine) {
-        EXPECT_GE(row, s * step_rows) << "row in another step";
-        EXPECT_LT(row, s * step_rows + n) << "row in another step";
+        EXPECT_GE(row, lo) << "row in another step or window";
+        EXPECT_LT(row, hi) << "row in another step or window";
         if (row < 0 || row >= rows) continue;
         ++seen[row];
         load += costs[row];

@@ -1,6 +1,7 @@
 // balance_rows on hand-made and adversarial inputs, its errors, its determinism, and on plans.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -20,8 +21,9 @@ using testing::check_assignment;
 using testing::step_max;
 
 BalanceOptions options(int64_t ranks, int64_t k, bool drop_last = true,
-                       BalanceMethod method = BalanceMethod::lpt) {
+                       BalanceMethod method = BalanceMethod::lpt, int64_t window_steps = 1) {
   BalanceOptions o;
+  o.window_steps = window_steps;
   o.ranks = ranks;
   o.rows_per_rank = k;
   o.drop_last = drop_last;
@@ -46,6 +48,11 @@ TEST(Balance, ErrorsNameTheParameter) {
   EXPECT_NE(error_of([&] { balance_rows(costs, options(2, 0)); }).find("rows_per_rank must be >= 1"),
             std::string::npos);
   EXPECT_NE(error_of([&] { balance_rows(costs, options(int64_t{1} << 40, int64_t{1} << 40)); }).find("overflows"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { balance_rows(costs, options(2, 1, true, BalanceMethod::lpt, 0)); }).find("window_steps"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { balance_rows(costs, options(int64_t{1} << 30, 2, true, BalanceMethod::lpt, int64_t{1} << 40)); })
+                .find("overflows"),
             std::string::npos);
   for (const double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     std::vector<double> c = costs;
@@ -223,6 +230,47 @@ TEST(Balance, NeverSlowerThanRoundRobinOnRandomSteps) {
       }
     }
   }
+}
+
+TEST(Balance, WindowsGroupRowsOfSimilarCost) {
+  // 3 windows of 4 steps x 2 ranks x 1 row, a short last window of one step, and one row left
+  // for a partial step that no window touches. Within a window, step j holds the window's (2j+1)-th and (2j+2)-th costliest rows.
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> dist(0, 20);
+  std::vector<double> costs(27);
+  for (double& c : costs) c = dist(rng);
+  const BalanceOptions o = options(2, 1, false, BalanceMethod::lpt, 4);
+  const RankAssignment a = balance_rows(costs, o);
+  check_assignment(a, costs, o);
+  for (int64_t w = 0; w < 3; ++w) {
+    std::vector<double> sorted(costs.begin() + w * 8, costs.begin() + (w + 1) * 8);
+    std::sort(sorted.rbegin(), sorted.rend());
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t s = w * 4 + j;
+      EXPECT_DOUBLE_EQ(a.rank_cost[s * 2] + a.rank_cost[s * 2 + 1], sorted[2 * j] + sorted[2 * j + 1]) << s;
+      EXPECT_DOUBLE_EQ(step_max(a, s), sorted[2 * j]) << s;
+    }
+  }
+  // Step 12 is a short last window of its own (rows 24, 25); step 13 the partial step (row 26).
+  ASSERT_EQ(a.steps(), 14);
+  EXPECT_EQ(a.rows_of(12, 0).size() + a.rows_of(12, 1).size(), 2u);
+  ASSERT_EQ(a.rows_of(13, 0).size(), 1u);
+  EXPECT_EQ(a.rows_of(13, 0)[0], 26);
+  EXPECT_TRUE(a.rows_of(13, 1).empty());
+}
+
+TEST(Balance, WindowsHelpOneRowPerRank) {
+  PackOptions po;
+  po.capacity = 16384;
+  po.shuffle_rows = true;
+  const PackPlan plan = plan_packing(generate_lengths("long", 2000, 2), po);
+  const std::vector<double> costs = row_costs(plan, CostModel{});
+  const RankAssignment plain = balance_rows(costs, options(8, 1));
+  const BalanceOptions o = options(8, 1, true, BalanceMethod::lpt, 8);
+  const RankAssignment windowed = balance_rows(costs, o);
+  check_assignment(windowed, costs, o);
+  EXPECT_LT(windowed.stats.mean_imbalance, plain.stats.mean_imbalance);
+  EXPECT_LT(windowed.stats.step_time, plain.stats.step_time);
 }
 
 TEST(Balance, RowCostsOfAPlan) {

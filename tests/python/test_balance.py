@@ -63,6 +63,20 @@ def test_balanced_steps_are_valid_and_never_slower(long_plan, ranks, k, drop_las
         assert balance.stats["mean_imbalance"] < naive.stats["mean_imbalance"]
 
 
+def test_windows_help_one_row_per_rank(long_plan):
+    costs = varpack.row_costs(long_plan)
+    plain = varpack.balance_rows(costs, 8, 1)
+    windowed = varpack.balance_rows(costs, 8, 1, window_steps=8)
+    assert windowed.stats["step_time"] < plain.stats["step_time"]
+    # Every row of window w (8 steps of 8 rows) stays in that window.
+    for s in range(windowed.num_steps):
+        rows = np.concatenate(windowed.step(s))
+        assert np.all(rows // 64 == s // 8)
+    assert sorted(windowed.rows.tolist()) == list(range(windowed.stats["assigned_rows"]))
+    with pytest.raises(ValueError, match="window_steps"):
+        varpack.balance_rows(costs, 8, 1, window_steps=0)
+
+
 def test_round_robin_deals_row_i_to_rank_i_mod_ranks(rng):
     costs = rng.random(50)
     naive = varpack.balance_rows(costs, 4, 3, drop_last=False, method="round_robin")
