@@ -87,6 +87,14 @@ RankAssignment balance_rows(std::span<const double> costs, const BalanceOptions&
 // The same on the rows of a plan, costed with row_costs(plan, model).
 RankAssignment balance_rows(const PackPlan& plan, const CostModel& model, const BalanceOptions& options);
 
+// The rows `rows` of `plan` (indices, in the order given) as a plan of their own, so that a rank
+// can build one batch of its rows of a step: build_packed_batch(select_rows(plan, a.rows_of(s, r)),
+// 0, k, ...). Pieces keep their sample indices into the planned input. Statistics of the whole
+// input (samples, truncated_tokens, skipped_samples, split_samples) are copied; tokens, rows,
+// lower_bound_rows, padded_tokens and the padding rates are those of the selected rows. Throws
+// varpack::Error naming a row index out of range.
+PackPlan select_rows(const PackPlan& plan, std::span<const int64_t> rows);
+
 // Names used by Python ("lpt", "round_robin"); the parser throws varpack::Error listing them.
 BalanceMethod parse_balance_method(std::string_view name);
 std::string_view to_string(BalanceMethod method);

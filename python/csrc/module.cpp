@@ -223,6 +223,11 @@ varpack::RankAssignment balance_rows(py::array_t<double, py::array::c_style | py
   return varpack::balance_rows(span, options);
 }
 
+varpack::PackPlan select_rows(const varpack::PackPlan& plan,
+                              py::array_t<int64_t, py::array::c_style | py::array::forcecast> rows) {
+  return varpack::select_rows(plan, std::span<const int64_t>(rows.data(), static_cast<size_t>(rows.size())));
+}
+
 py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t row_last, py::sequence samples,
                      int64_t pad_to_multiple, int32_t pad_token_id, bool restart_positions_per_piece) {
   const SequenceTokenSource source(std::move(samples));
@@ -308,4 +313,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("beta") = default_model.beta);
   m.def("balance_rows", &balance_rows, py::arg("costs"), py::arg("ranks"), py::arg("rows_per_rank"),
         py::arg("drop_last"), py::arg("method"), py::arg("window_steps"));
+  m.def("select_rows", &select_rows, py::arg("plan"), py::arg("rows"));
 }

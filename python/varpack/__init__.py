@@ -9,7 +9,7 @@ import torch  # noqa: F401  libtorch must be loaded before the extension that li
 
 from . import _C  # noqa: F401  the C++ core; loading it registers the torch.ops.varpack operators
 from .attention import flash_attn_varlen_func
-from .balance import Balance, balance_rows, row_costs
+from .balance import Balance, balance_rows, row_costs, select_rows
 from .collator import PackedStream, PackingCollator
 from .packed_file import PackedFile, PackedFileError, PackedRow
 from .packing import Plan, build_batch, plan
@@ -17,4 +17,4 @@ from .packing import Plan, build_batch, plan
 __version__ = "0.1.0"
 
 __all__ = ["Balance", "PackedFile", "PackedFileError", "PackedRow", "PackedStream", "PackingCollator", "Plan",
-           "balance_rows", "build_batch", "flash_attn_varlen_func", "plan", "row_costs"]
+           "balance_rows", "build_batch", "flash_attn_varlen_func", "plan", "row_costs", "select_rows"]

@@ -3,8 +3,8 @@
     plan = varpack.plan(lengths, capacity=16384, shuffle=True, seed=epoch_seed)
     balance = varpack.balance_rows(plan, ranks=world_size, rows_per_rank=2)
     for step in range(balance.num_steps):
-        for row in balance.rows_of(step, rank):   # this rank's rows of the plan in this step
-            batch = varpack.build_batch(plan, samples, rows=(row, row + 1))
+        mine = varpack.select_rows(plan, balance.rows_of(step, rank))  # this rank's rows, this step
+        batch = varpack.build_batch(mine, samples)
 
 Every rank runs rows_per_rank rows per step and the step waits for the slowest rank; a row of one
 long sample costs more than a row of many short ones (attention is quadratic), so dealing rows in
@@ -27,7 +27,7 @@ import numpy as np
 from . import _C
 from .packing import Plan
 
-__all__ = ["Balance", "balance_rows", "row_costs"]
+__all__ = ["Balance", "balance_rows", "row_costs", "select_rows"]
 
 
 class Balance:
@@ -156,3 +156,16 @@ def balance_rows(rows, ranks: int, rows_per_rank: int, *, drop_last: bool = True
     return Balance(_C.balance_rows(costs.astype(np.float64, copy=False), operator.index(ranks),
                                    operator.index(rows_per_rank), bool(drop_last), str(method),
                                    operator.index(window_steps)))
+
+
+def select_rows(plan: Plan, rows) -> Plan:
+    """The rows `rows` of `plan` (row indices, in that order) as a Plan of their own, for
+    build_batch: a rank's rows of a step are scattered over the plan. Pieces keep their sample
+    indices; stats are those of the selected rows (samples, truncated_tokens, skipped_samples and
+    split_samples of the whole input)."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be a varpack.Plan (from varpack.plan), got {type(plan).__name__}")
+    array = np.asarray(rows)
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise ValueError(f"rows must be a 1-D sequence of row indices, got shape {array.shape}, dtype {array.dtype}")
+    return Plan(_C.select_rows(plan._native, array.astype(np.int64, copy=False)))

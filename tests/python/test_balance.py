@@ -112,6 +112,23 @@ def test_hand_case_is_optimal():
     assert balance.stats["mean_imbalance"] == 1.0
 
 
+def test_a_rank_builds_its_step_from_the_selected_rows(rng):
+    lengths = rng.integers(50, 800, size=400)
+    samples = [rng.integers(0, 32000, size=n, dtype=np.int32) for n in lengths]
+    plan = varpack.plan(lengths, capacity=4096, shuffle=True, seed=1)
+    balance = varpack.balance_rows(plan, 4, 2)
+    for step in range(balance.num_steps):
+        for rank in range(4):
+            rows = balance.rows_of(step, rank)
+            batch = varpack.build_batch(varpack.select_rows(plan, rows), samples)
+            # The plain way: one batch per row, joined.
+            parts = [varpack.build_batch(plan, samples, rows=(r, r + 1)) for r in rows]
+            for key in ("input_ids", "labels", "position_ids"):
+                assert np.array_equal(batch[key].numpy(), np.concatenate([p[key].numpy() for p in parts]))
+    with pytest.raises(ValueError, match="row index 99999"):
+        varpack.select_rows(plan, [0, 99999])
+
+
 def test_errors_name_the_parameter(long_plan):
     with pytest.raises(ValueError, match="ranks must be >= 1"):
         varpack.balance_rows(long_plan, 0, 1)
