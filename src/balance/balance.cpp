@@ -57,6 +57,31 @@ void check_costs(std::span<const double> costs) {
 
 double max_of(std::span<const double> v) { return *std::max_element(v.begin(), v.end()); }
 
+// Buffers of assign_lpt_or_round_robin, reused from step to step.
+struct LptBuffers {
+  balance_detail::StepScratch scratch;
+  std::vector<int64_t> fallback;
+  std::vector<double> load, fallback_load;
+};
+
+// The greedy's assignment of one step into rank_of, or round robin's where that has the lower
+// largest rank cost: the greedy has no guarantee against a lucky input order, and keeping round
+// robin then means balancing never makes a step slower than not balancing. Returns whether it did.
+bool assign_lpt_or_round_robin(std::span<const double> c, std::span<const int64_t> caps, LptBuffers& b,
+                               std::vector<int64_t>& rank_of) {
+  const size_t ranks = caps.size();
+  b.load.resize(ranks);
+  b.fallback_load.resize(ranks);
+  b.fallback.resize(c.size());
+  balance_detail::assign_lpt(c, caps, b.scratch, rank_of);
+  balance_detail::rank_loads(c, rank_of, b.load);
+  balance_detail::assign_round_robin(static_cast<int64_t>(ranks), b.fallback);
+  balance_detail::rank_loads(c, b.fallback, b.fallback_load);
+  if (!(max_of(b.fallback_load) < max_of(b.load))) return false;
+  rank_of.swap(b.fallback);
+  return true;
+}
+
 }  // namespace
 
 std::vector<double> row_costs(const PackPlan& plan, const CostModel& model) {
@@ -103,10 +128,10 @@ RankAssignment balance_rows(std::span<const double> costs, const BalanceOptions&
 
   const std::vector<int64_t> order =
       step_order(costs, full_steps * step_rows, assigned, step_rows * options.window_steps, options.window_steps > 1);
-  balance_detail::StepScratch scratch;
+  LptBuffers lpt;
   std::vector<int64_t> caps(static_cast<size_t>(ranks));
-  std::vector<int64_t> rank_of, fallback, next(static_cast<size_t>(ranks));
-  std::vector<double> c, loads(static_cast<size_t>(ranks)), fallback_loads(static_cast<size_t>(ranks));
+  std::vector<int64_t> rank_of, next(static_cast<size_t>(ranks));
+  std::vector<double> c, loads(static_cast<size_t>(ranks));
   double imbalance_sum = 0;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t first = s * step_rows;
@@ -117,21 +142,9 @@ RankAssignment balance_rows(std::span<const double> costs, const BalanceOptions&
     for (int64_t r = 0; r < ranks; ++r) caps[r] = n / ranks + (r < n % ranks ? 1 : 0);
     rank_of.resize(static_cast<size_t>(n));
     if (options.method == BalanceMethod::lpt) {
-      balance_detail::assign_lpt(c, caps, scratch, rank_of);
-      balance_detail::rank_loads(c, rank_of, loads);
-      // The greedy has no guarantee against a lucky input order; keeping round robin when it is
-      // better means balancing never makes a step slower than not balancing.
-      fallback.resize(static_cast<size_t>(n));
-      balance_detail::assign_round_robin(ranks, fallback);
-      balance_detail::rank_loads(c, fallback, fallback_loads);
-      if (max_of(fallback_loads) < max_of(loads)) {
-        rank_of.swap(fallback);
-        loads.swap(fallback_loads);
-        ++st.round_robin_steps;
-      }
+      st.round_robin_steps += assign_lpt_or_round_robin(c, caps, lpt, rank_of);
     } else {
       balance_detail::assign_round_robin(ranks, rank_of);
-      balance_detail::rank_loads(c, rank_of, loads);
     }
 
     // Each rank's rows in increasing index (bucketed, then sorted: a window's order is by cost),
