@@ -1,4 +1,4 @@
-// The CUDA implementation of varlen attention (sm_80 and sm_90; bf16 or fp16 in, fp32 accumulation;
+// The CUDA implementation of varlen attention (sm_80 and sm_90a; bf16 or fp16 in, fp32 accumulation;
 // head dims 64 and 128). Pointers in the params are device pointers, cu_seqlens included; the
 // max_seqlen fields are not needed. Nothing here synchronises the device or reads device memory
 // on the host: every call only queues work on `stream`. Errors in the arguments throw
