@@ -1,6 +1,7 @@
 // Device building blocks shared by the attention kernels: the 16-bit element types, the tensor-core
 // instruction (mma.sync m16n8k16, fp32 accumulate), ldmatrix, cp.async with zero fill, and the
-// swizzled shared-memory tile layout. Everything here is sm_80+ and used by the sm_80 and sm_90a builds.
+// swizzled shared-memory tile layout. Everything here is sm_80+, used by the sm_80 and sm_90a
+// builds.
 #pragma once
 
 #include <cuda_bf16.h>
