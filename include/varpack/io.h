@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +16,8 @@
 #include "varpack/pack.h"
 
 namespace varpack {
+
+class MappedFile;  // src/io/mapped_file.h: a read-only mapping of a whole file
 
 // Samples in two flat int32 buffers with offsets: 4 bytes per token (8 with labels) plus a few
 // bytes per sample, whatever the size of the text they were read from.
@@ -163,8 +166,7 @@ class PackedFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::unique_ptr<MappedFile> map_;
   int64_t capacity_ = 0;
   int64_t num_samples_ = 0;
   int64_t max_seqlen_ = 0;

@@ -1,16 +1,11 @@
 // PackedFile: maps a packed binary file (docs/FORMAT.md) read-only and checks it before handing
 // out spans: header fields, section bounds and alignment, and that the row and piece tables agree
 // with each other (O(rows + pieces); the token arrays themselves are not scanned).
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <string>
 
 #include "binary_format.h"
+#include "mapped_file.h"
 #include "varpack/error.h"
 #include "varpack/io.h"
 
@@ -26,104 +21,83 @@ std::span<const T> section(const unsigned char* base, const bf::Header& h, int s
 
 }  // namespace
 
-PackedFile::PackedFile(const std::string& path) : path_(path) {
+PackedFile::PackedFile(const std::string& path)
+    : path_(path), map_(std::make_unique<MappedFile>(path)) {
   auto fail = [&](const std::string& what) -> Error { return Error(path_ + ": " + what); };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw fail("not a regular file");
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ < bf::kHeaderBytes) {
-    ::close(fd);
-    throw fail("not a varpack packed binary file (" + std::to_string(map_size_) +
+  const size_t map_size = map_->size();
+  if (map_size < bf::kHeaderBytes) {
+    throw fail("not a varpack packed binary file (" + std::to_string(map_size) +
                " bytes, shorter than the header)");
   }
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);  // the mapping keeps the file open
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw fail(std::string("cannot map: ") + std::strerror(errno));
+  const unsigned char* b = map_->data();
+  if (std::memcmp(b, bf::kMagic, sizeof(bf::kMagic)) != 0) {
+    throw fail("not a varpack packed binary file (bad magic)");
   }
-  try {
-    const auto* b = static_cast<const unsigned char*>(map_);
-    if (std::memcmp(b, bf::kMagic, sizeof(bf::kMagic)) != 0) {
-      throw fail("not a varpack packed binary file (bad magic)");
+  const auto version = bf::get<uint32_t>(b, bf::kVersionAt);
+  if (version != bf::kVersion) {
+    throw fail("format version " + std::to_string(version) + "; this varpack reads version " +
+               std::to_string(bf::kVersion));
+  }
+  bf::Header h;
+  h.capacity = bf::get<int64_t>(b, bf::kCapacityAt);
+  h.num_samples = bf::get<int64_t>(b, bf::kNumSamplesAt);
+  h.num_rows = bf::get<int64_t>(b, bf::kNumRowsAt);
+  h.num_pieces = bf::get<int64_t>(b, bf::kNumPiecesAt);
+  h.num_tokens = bf::get<int64_t>(b, bf::kNumTokensAt);
+  h.max_seqlen = bf::get<int64_t>(b, bf::kMaxSeqlenAt);
+  h.file_bytes = bf::get<uint64_t>(b, bf::kFileBytesAt);
+  constexpr int64_t kLimit = int64_t{1} << 56;  // keeps every size computation below overflow
+  for (int64_t v : {h.num_samples, h.num_rows, h.num_pieces, h.num_tokens, h.max_seqlen}) {
+    if (v < 0 || v > kLimit) throw fail("corrupt header (a count is out of range)");
+  }
+  if (h.file_bytes != map_size) {
+    throw fail("truncated or corrupt: the header says " + std::to_string(h.file_bytes) +
+               " bytes, the file has " + std::to_string(map_size));
+  }
+  // The offsets must be exactly those the layout rule gives for these counts.
+  bf::Header expected = h;
+  bf::lay_out(expected);
+  for (int s = 0; s < bf::kSections; ++s) {
+    h.offset[s] = bf::get<uint64_t>(b, bf::kOffsetsAt + 8 * static_cast<size_t>(s));
+    if (h.offset[s] != expected.offset[s] || expected.file_bytes != h.file_bytes) {
+      throw fail("corrupt header (section " + std::to_string(s) + " is not where the counts put it)");
     }
-    const auto version = bf::get<uint32_t>(b, bf::kVersionAt);
-    if (version != bf::kVersion) {
-      throw fail("format version " + std::to_string(version) + "; this varpack reads version " +
-                 std::to_string(bf::kVersion));
-    }
-    bf::Header h;
-    h.capacity = bf::get<int64_t>(b, bf::kCapacityAt);
-    h.num_samples = bf::get<int64_t>(b, bf::kNumSamplesAt);
-    h.num_rows = bf::get<int64_t>(b, bf::kNumRowsAt);
-    h.num_pieces = bf::get<int64_t>(b, bf::kNumPiecesAt);
-    h.num_tokens = bf::get<int64_t>(b, bf::kNumTokensAt);
-    h.max_seqlen = bf::get<int64_t>(b, bf::kMaxSeqlenAt);
-    h.file_bytes = bf::get<uint64_t>(b, bf::kFileBytesAt);
-    constexpr int64_t kLimit = int64_t{1} << 56;  // keeps every size computation below overflow
-    for (int64_t v : {h.num_samples, h.num_rows, h.num_pieces, h.num_tokens, h.max_seqlen}) {
-      if (v < 0 || v > kLimit) throw fail("corrupt header (a count is out of range)");
-    }
-    if (h.file_bytes != map_size_) {
-      throw fail("truncated or corrupt: the header says " + std::to_string(h.file_bytes) +
-                 " bytes, the file has " + std::to_string(map_size_));
-    }
-    // The offsets must be exactly those the layout rule gives for these counts.
-    bf::Header expected = h;
-    bf::lay_out(expected);
-    for (int s = 0; s < bf::kSections; ++s) {
-      h.offset[s] = bf::get<uint64_t>(b, bf::kOffsetsAt + 8 * static_cast<size_t>(s));
-      if (h.offset[s] != expected.offset[s] || expected.file_bytes != h.file_bytes) {
-        throw fail("corrupt header (section " + std::to_string(s) + " is not where the counts put it)");
-      }
-    }
-    capacity_ = h.capacity;
-    num_samples_ = h.num_samples;
-    max_seqlen_ = h.max_seqlen;
-    input_ids_ = section<int32_t>(b, h, bf::input_ids);
-    labels_ = section<int32_t>(b, h, bf::labels);
-    position_ids_ = section<int32_t>(b, h, bf::position_ids);
-    cu_seqlens_ = section<int64_t>(b, h, bf::cu_seqlens);
-    row_offsets_ = section<int64_t>(b, h, bf::row_offsets);
-    row_pieces_ = section<int64_t>(b, h, bf::row_pieces);
-    pieces_ = section<int64_t>(b, h, bf::pieces);
-    row_width_ = section<int64_t>(b, h, bf::row_width);
+  }
+  capacity_ = h.capacity;
+  num_samples_ = h.num_samples;
+  max_seqlen_ = h.max_seqlen;
+  input_ids_ = section<int32_t>(b, h, bf::input_ids);
+  labels_ = section<int32_t>(b, h, bf::labels);
+  position_ids_ = section<int32_t>(b, h, bf::position_ids);
+  cu_seqlens_ = section<int64_t>(b, h, bf::cu_seqlens);
+  row_offsets_ = section<int64_t>(b, h, bf::row_offsets);
+  row_pieces_ = section<int64_t>(b, h, bf::row_pieces);
+  pieces_ = section<int64_t>(b, h, bf::pieces);
+  row_width_ = section<int64_t>(b, h, bf::row_width);
 
-    // Tables: cu_seqlens runs 0..T by the piece lengths; rows cover the pieces in order and
-    // start where their first piece starts; every piece names a sample of the input.
-    if (cu_seqlens_[0] != 0) throw fail("corrupt: cu_seqlens[0] is not 0");
-    for (int64_t p = 0; p < h.num_pieces; ++p) {
-      const int64_t sample = pieces_[3 * p], length = pieces_[3 * p + 2];
-      if (sample < 0 || sample >= h.num_samples || pieces_[3 * p + 1] < 0 || length < 0 ||
-          length > h.max_seqlen || cu_seqlens_[p + 1] != cu_seqlens_[p] + length) {
-        throw fail("corrupt: piece " + std::to_string(p) + " disagrees with cu_seqlens");
-      }
+  // Tables: cu_seqlens runs 0..T by the piece lengths; rows cover the pieces in order and
+  // start where their first piece starts; every piece names a sample of the input.
+  if (cu_seqlens_[0] != 0) throw fail("corrupt: cu_seqlens[0] is not 0");
+  for (int64_t p = 0; p < h.num_pieces; ++p) {
+    const int64_t sample = pieces_[3 * p], length = pieces_[3 * p + 2];
+    if (sample < 0 || sample >= h.num_samples || pieces_[3 * p + 1] < 0 || length < 0 ||
+        length > h.max_seqlen || cu_seqlens_[p + 1] != cu_seqlens_[p] + length) {
+      throw fail("corrupt: piece " + std::to_string(p) + " disagrees with cu_seqlens");
     }
-    if (cu_seqlens_[h.num_pieces] != h.num_tokens) throw fail("corrupt: cu_seqlens does not end at the token count");
-    if (row_pieces_[0] != 0 || row_offsets_[0] != 0 || row_pieces_[h.num_rows] != h.num_pieces) {
-      throw fail("corrupt: the row tables do not cover the pieces");
+  }
+  if (cu_seqlens_[h.num_pieces] != h.num_tokens) throw fail("corrupt: cu_seqlens does not end at the token count");
+  if (row_pieces_[0] != 0 || row_offsets_[0] != 0 || row_pieces_[h.num_rows] != h.num_pieces) {
+    throw fail("corrupt: the row tables do not cover the pieces");
+  }
+  for (int64_t r = 0; r < h.num_rows; ++r) {
+    if (row_pieces_[r + 1] < row_pieces_[r] || row_pieces_[r + 1] > h.num_pieces ||
+        row_offsets_[r + 1] != cu_seqlens_[row_pieces_[r + 1]]) {
+      throw fail("corrupt: row " + std::to_string(r) + " disagrees with its pieces");
     }
-    for (int64_t r = 0; r < h.num_rows; ++r) {
-      if (row_pieces_[r + 1] < row_pieces_[r] || row_pieces_[r + 1] > h.num_pieces ||
-          row_offsets_[r + 1] != cu_seqlens_[row_pieces_[r + 1]]) {
-        throw fail("corrupt: row " + std::to_string(r) + " disagrees with its pieces");
-      }
-    }
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
   }
 }
 
-PackedFile::~PackedFile() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-}
+PackedFile::~PackedFile() = default;
 
 PackedFile::Row PackedFile::row(int64_t r) const {
   if (r < 0 || r >= num_rows()) {

@@ -1,0 +1,29 @@
+// Which inputs name a token file, and opening them (see token_files.h): the one convention the
+// `varpack` command and Python's varpack.read_tokens share.
+#include <string>
+#include <string_view>
+
+#include "varpack/error.h"
+#include "varpack/token_files.h"
+
+namespace varpack {
+namespace {
+
+constexpr std::string_view kMegatronPrefix = "megatron:";
+
+}  // namespace
+
+bool is_token_file(std::string_view input) {
+  return input.starts_with(kMegatronPrefix) || input.ends_with(".bin") || input.ends_with(".npy");
+}
+
+TokenFile open_token_file(const std::string& input) {
+  std::string_view name = input;
+  if (name.starts_with(kMegatronPrefix)) return read_megatron(std::string(name.substr(kMegatronPrefix.size())));
+  if (name.ends_with(".bin")) return read_megatron(std::string(name.substr(0, name.size() - 4)));
+  if (name.ends_with(".npy")) return read_npy_tokens(input, default_offsets_path(input));
+  throw Error(input + ": not a token file (expected DATA.npy with DATA.offsets.npy, PREFIX.bin with "
+              "PREFIX.idx, or megatron:PREFIX)");
+}
+
+}  // namespace varpack
