@@ -1,9 +1,10 @@
-// Loading a command's samples from a JSONL file or a generated profile (see input.h).
+// Loading a command's samples from a JSONL file, a token file or a generated profile (see input.h).
 #include "input.h"
 
 #include "progress.h"
 #include "varpack/error.h"
 #include "varpack/profiles.h"
+#include "varpack/token_files.h"
 
 namespace varpack::cli {
 namespace {
@@ -18,15 +19,27 @@ std::vector<int64_t> profile_lengths(const std::string& input) {
   return generate_lengths(std::string_view(input).substr(kProfilePrefix.size()));
 }
 
-// The planner would reject the sample too, but only by its index; here we know its line.
+// The planner would reject the sample too, but only by its index; here we know its file (and line:
+// `line` 0 for token files, which have none).
 void check_length(const std::string& input, int64_t record, int64_t line, size_t length,
                   int64_t max_length) {
   if (max_length <= 0 || static_cast<int64_t>(length) <= max_length) return;
   const std::string l = std::to_string(max_length);
-  throw Error(input + ":" + std::to_string(line) + ": sample " + std::to_string(record) + " has " +
+  const std::string where = line > 0 ? ":" + std::to_string(line) : "";
+  throw Error(input + where + ": sample " + std::to_string(record) + " has " +
               std::to_string(length) + " tokens, more than the capacity " + l +
               "; use --overlong truncate (keep its first " + l + ") or --overlong split (pieces " +
               "of at most " + l + "), or a larger --capacity");
+}
+
+// A token file, its samples checked against `max_length` like a JSONL file's.
+TokenFile open_checked_token_file(const std::string& input, int64_t max_length) {
+  TokenFile file = open_token_file(input);
+  const auto lengths = file.lengths();
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    check_length(input, static_cast<int64_t>(i), 0, static_cast<size_t>(lengths[i]), max_length);
+  }
+  return file;
 }
 
 }  // namespace
@@ -56,8 +69,23 @@ TokenStore load_samples(const std::string& input, int64_t max_length) {
   return store;
 }
 
+Samples open_samples(const std::string& input, int64_t max_length) {
+  if (is_token_file(input)) {
+    auto file = std::make_unique<TokenFile>(open_checked_token_file(input, max_length));
+    std::vector<int64_t> lengths(file->lengths().begin(), file->lengths().end());
+    return {std::move(file), std::move(lengths)};
+  }
+  auto store = std::make_unique<TokenStore>(load_samples(input, max_length));
+  std::vector<int64_t> lengths = store->lengths();
+  return {std::move(store), std::move(lengths)};
+}
+
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length) {
   if (is_profile(input)) return profile_lengths(input);
+  if (is_token_file(input)) {
+    const TokenFile file = open_checked_token_file(input, max_length);
+    return {file.lengths().begin(), file.lengths().end()};
+  }
   ProgressBar bar("reading " + input, "bytes");
   std::vector<int64_t> lengths;
   scan_jsonl(

@@ -1,11 +1,14 @@
-// Where a command's samples come from: a JSONL file, or "profile:NAME" for a generated length
+// Where a command's samples come from: a JSONL file, a token file (DATA.npy with DATA.offsets.npy,
+// Megatron's PREFIX.bin / megatron:PREFIX; token_files.h), or "profile:NAME" for a generated length
 // profile (profiles.h) with stand-in token ids, handy for demos.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "varpack/batch.h"
 #include "varpack/io.h"
 
 namespace varpack::cli {
@@ -14,6 +17,14 @@ namespace varpack::cli {
 // `max_length` > 0 (the capacity, under --overlong error): a longer sample in a file stops the
 // read with an error naming its file and line and the options that would accept it.
 TokenStore load_samples(const std::string& input, int64_t max_length = 0);
+
+// The samples of any input with their lengths: token files are memory-mapped, JSONL files and
+// profiles go through load_samples. `max_length` as for load_samples.
+struct Samples {
+  std::unique_ptr<TokenSource> source;
+  std::vector<int64_t> lengths;
+};
+Samples open_samples(const std::string& input, int64_t max_length = 0);
 
 // Only the lengths of `input`'s samples: a file is scanned without keeping its tokens.
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length = 0);

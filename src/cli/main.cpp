@@ -16,6 +16,12 @@ int fail(const std::string& message, int status) {
   return status;
 }
 
+// The inputs both commands take (dispatched in input.cpp).
+constexpr const char* kInputHelp =
+    "JSONL file; DATA.npy (flat token ids: int32, int64, uint16 or uint32) with its int64 sample "
+    "offsets in DATA.offsets.npy beside it (n + 1 values from 0); a Megatron-LM indexed dataset as "
+    "PREFIX.bin (with PREFIX.idx) or megatron:PREFIX; or profile:NAME for a generated length profile";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -28,9 +34,9 @@ int main(int argc, char** argv) {
 
   PackArgs pack;
   CLI::App* pack_cmd = app.add_subcommand(
-      "pack", "Pack the samples of a JSONL file (one {\"input_ids\": [...]} per line) into rows");
-  pack_cmd->add_option("input", pack.input,
-                       "JSONL file, or profile:NAME for a generated length profile")
+      "pack", "Pack the samples of a JSONL file (one {\"input_ids\": [...]} per line), a .npy token file "
+      "or a Megatron dataset into rows");
+  pack_cmd->add_option("input", pack.input, kInputHelp)
       ->required();
   pack_cmd->add_option("--capacity,-L", pack.capacity, "tokens per row (L > 0)")->required();
   pack_cmd->add_option("--out,-o", pack.out, "output file; a .bin name selects the binary format")
@@ -63,8 +69,7 @@ int main(int argc, char** argv) {
       "stats",
       "Length histogram and, side by side, padding and predicted compute of fixed padding to L, "
       "padding to the longest sample, dynamic padding and packing");
-  stats_cmd->add_option("input", stats.input,
-                        "JSONL file, or profile:NAME for a generated length profile")
+  stats_cmd->add_option("input", stats.input, kInputHelp)
       ->required();
   stats_cmd->add_option("--capacity,-L", stats.capacity, "tokens per row (L > 0)")->required();
   stats_cmd->add_option("--alpha", stats.alpha,

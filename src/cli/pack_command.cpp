@@ -51,13 +51,14 @@ int run_pack(const PackArgs& args) {
   const auto start = Clock::now();
   const int64_t reject_longer_than =
       options.overlong == OverlongPolicy::error ? options.capacity : 0;
-  const TokenStore samples = load_samples(args.input, reject_longer_than);
+  const Samples input = open_samples(args.input, reject_longer_than);
+  const TokenSource& samples = *input.source;
   const double read_seconds = seconds_since(start);
 
   const auto plan_start = Clock::now();
   PackPlan plan;
   try {
-    plan = plan_packing(samples.lengths(), options);
+    plan = plan_packing(input.lengths, options);
   } catch (const Error& e) {
     // The planner names the sample (its 0-based record number); add the file it came from.
     throw Error(args.input + ": " + e.what());

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <map>
@@ -13,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "packed_rows.h"
 #include "temp_dir.h"
 #include "varpack/io.h"
@@ -20,51 +20,13 @@
 namespace varpack {
 namespace {
 
+using testing::cat;
 using testing::read_file;
 using testing::read_packed_jsonl;
+using testing::Result;
+using testing::run;
 using testing::TempDir;
 using testing::write_file;
-
-struct Result {
-  int status;  // the exit status; -1 if the process died of a signal (a crash)
-  std::string out, err;
-};
-
-// Concatenation by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
-template <typename... Parts>
-std::string cat(const Parts&... parts) {
-  std::string out;
-  ((out += parts), ...);
-  return out;
-}
-
-std::string quote(const std::string& arg) {
-  std::string q = "'";
-  for (const char c : arg) {
-    if (c == '\'') {
-      q += "'\\''";
-    } else {
-      q += c;
-    }
-  }
-  return q + "'";
-}
-
-// Runs varpack with `args` from inside `dir`, capturing stdout and stderr in files kept outside
-// it (so `dir` holds only what the command wrote).
-Result run(const std::vector<std::string>& args, const TempDir& dir) {
-  static int calls = 0;
-  const std::string base = cat(dir.path().string(), ".run", std::to_string(calls++));
-  std::string command = cat("cd ", quote(dir.path().string()), " && ", quote(VARPACK_CLI));
-  for (const auto& arg : args) command += cat(" ", quote(arg));
-  command += cat(" >", quote(base + ".out"), " 2>", quote(base + ".err"), " </dev/null");
-  const int raw = std::system(command.c_str());
-  Result result{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_file(base + ".out"),
-                read_file(base + ".err")};
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return result;
-}
 
 // Random JSONL: n records with lengths in [0, max_length], some with labels, some blank lines.
 std::vector<std::vector<int32_t>> write_random_input(const std::string& path, int n, int max_length,
