@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -17,8 +18,11 @@
 #include "varpack/batch.h"
 #include "varpack/error.h"
 #include "varpack/pack.h"
+#include "varpack/token_files.h"
 
 namespace py = pybind11;
+
+void bind_token_files(py::module_& m);  // token_files.cpp
 
 namespace {
 
@@ -230,7 +234,11 @@ varpack::PackPlan select_rows(const varpack::PackPlan& plan,
 
 py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t row_last, py::sequence samples,
                      int64_t pad_to_multiple, int32_t pad_token_id, bool restart_positions_per_piece) {
-  const SequenceTokenSource source(std::move(samples));
+  // A TokenFile (varpack.read_tokens) is a TokenSource already: no Python call per sample.
+  std::optional<SequenceTokenSource> sequence;
+  const varpack::TokenSource& source = py::isinstance<varpack::TokenFile>(samples)
+                                           ? samples.cast<const varpack::TokenFile&>()
+                                           : static_cast<const varpack::TokenSource&>(sequence.emplace(std::move(samples)));
   varpack::BatchOptions options;
   options.pad_to_multiple = pad_to_multiple;
   options.pad_token_id = pad_token_id;
@@ -314,4 +322,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("balance_rows", &balance_rows, py::arg("costs"), py::arg("ranks"), py::arg("rows_per_rank"),
         py::arg("drop_last"), py::arg("method"), py::arg("window_steps"));
   m.def("select_rows", &select_rows, py::arg("plan"), py::arg("rows"));
+  bind_token_files(m);
 }

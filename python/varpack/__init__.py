@@ -2,7 +2,8 @@
 
 Sequence packing (plan rows from lengths, build packed batches) and variable-length attention
 (flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core;
-a numpy reader of the packed binary format (PackedFile).
+a numpy reader of the packed binary format (PackedFile); memory-mapped token-file readers
+(read_tokens: .npy + offsets, Megatron .bin/.idx).
 """
 
 import torch  # noqa: F401  libtorch must be loaded before the extension that links against it
@@ -13,8 +14,10 @@ from .balance import Balance, balance_rows, row_costs, select_rows
 from .collator import PackedStream, PackingCollator
 from .packed_file import PackedFile, PackedFileError, PackedRow
 from .packing import Plan, build_batch, plan
+from .token_files import TokenFile, read_tokens
 
 __version__ = "0.1.0"
 
 __all__ = ["Balance", "PackedFile", "PackedFileError", "PackedRow", "PackedStream", "PackingCollator", "Plan",
-           "balance_rows", "build_batch", "flash_attn_varlen_func", "plan", "row_costs", "select_rows"]
+           "TokenFile", "balance_rows", "build_batch", "flash_attn_varlen_func", "plan", "read_tokens", "row_costs",
+           "select_rows"]

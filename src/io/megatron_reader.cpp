@@ -99,8 +99,8 @@ TokenFile read_megatron(const std::string& prefix) {
   for (uint64_t s = 0; s < count; ++s) {
     const auto length = get<int32_t>(b, lengths_at + 4 * s);
     const auto pointer = get<int64_t>(b, pointers_at + 8 * s);
-    if (length < 0 || pointer < 0 || pointer % dtype.bytes != 0 ||
-        pointer / dtype.bytes + length > raw.size) {
+    if (length < 0 || pointer < 0 || pointer % dtype.bytes != 0 || length > raw.size ||
+        pointer / dtype.bytes > raw.size - length) {
       throw Error(idx_path + ": sequence " + std::to_string(s) + " (byte " + std::to_string(pointer) + ", " +
                   std::to_string(length) + " tokens) lies outside the " + std::to_string(raw.size) +
                   " tokens of " + bin_path + " or is not aligned to its tokens");
