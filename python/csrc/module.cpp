@@ -236,14 +236,17 @@ py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t r
                      int64_t pad_to_multiple, int32_t pad_token_id, bool restart_positions_per_piece) {
   // A TokenFile (varpack.read_tokens) is a TokenSource already: no Python call per sample.
   std::optional<SequenceTokenSource> sequence;
-  const varpack::TokenSource& source = py::isinstance<varpack::TokenFile>(samples)
-                                           ? samples.cast<const varpack::TokenFile&>()
-                                           : static_cast<const varpack::TokenSource&>(sequence.emplace(std::move(samples)));
+  const varpack::TokenSource* source = nullptr;
+  if (py::isinstance<varpack::TokenFile>(samples)) {
+    source = &samples.cast<const varpack::TokenFile&>();
+  } else {
+    source = &sequence.emplace(std::move(samples));
+  }
   varpack::BatchOptions options;
   options.pad_to_multiple = pad_to_multiple;
   options.pad_token_id = pad_token_id;
   options.restart_positions_per_piece = restart_positions_per_piece;
-  const varpack::PackedBatch b = varpack::build_packed_batch(plan, row_first, row_last, source, options);
+  const varpack::PackedBatch b = varpack::build_packed_batch(plan, row_first, row_last, *source, options);
   py::dict d;
   // int64 ids and labels: what nn.Embedding and cross_entropy take without another conversion.
   d["input_ids"] = tensor_of<int64_t>(b.input_ids);

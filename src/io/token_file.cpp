@@ -23,8 +23,8 @@ template <typename T>
               ": value " + std::to_string(value) + " is not a token id in [0, 2^31)");
 }
 
-// Checks each sample's tokens and, unless they are int32 already, appends them to `out` as int32
-// (then `begin` is rewritten to positions in `out`).
+// Checks each sample's tokens and, unless they are int32 already, writes them into `out` (`total`
+// int32 values), sample after sample, and rewrites `begin` to the samples' positions there.
 template <typename T>
 void check_and_convert(const std::string& name, const void* raw, std::span<const int64_t> lengths,
                        std::vector<int64_t>& begin, std::vector<int32_t>& out, int64_t total) {
