@@ -3,7 +3,8 @@
 Sequence packing (plan rows from lengths, build packed batches) and variable-length attention
 (flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core;
 a numpy reader of the packed binary format (PackedFile); memory-mapped token-file readers
-(read_tokens: .npy + offsets, Megatron .bin/.idx).
+(read_tokens: .npy + offsets, Megatron .bin/.idx); BalancedPackedDataset, a data-parallel dataset
+of packed rows balanced by cost across ranks.
 """
 
 import torch  # noqa: F401  libtorch must be loaded before the extension that links against it
@@ -11,6 +12,7 @@ import torch  # noqa: F401  libtorch must be loaded before the extension that li
 from . import _C  # noqa: F401  the C++ core; loading it registers the torch.ops.varpack operators
 from .attention import flash_attn_varlen_func
 from .balance import Balance, balance_rows, row_costs, select_rows
+from .balanced_dataset import BalancedPackedDataset
 from .collator import PackedStream, PackingCollator
 from .packed_file import PackedFile, PackedFileError, PackedRow
 from .packing import Plan, build_batch, plan
@@ -18,6 +20,6 @@ from .token_files import TokenFile, read_tokens
 
 __version__ = "0.1.0"
 
-__all__ = ["Balance", "PackedFile", "PackedFileError", "PackedRow", "PackedStream", "PackingCollator", "Plan",
-           "TokenFile", "balance_rows", "build_batch", "flash_attn_varlen_func", "plan", "read_tokens", "row_costs",
-           "select_rows"]
+__all__ = ["Balance", "BalancedPackedDataset", "PackedFile", "PackedFileError", "PackedRow", "PackedStream",
+           "PackingCollator", "Plan", "TokenFile", "balance_rows", "build_batch", "flash_attn_varlen_func", "plan",
+           "read_tokens", "row_costs", "select_rows"]
