@@ -180,6 +180,15 @@ def test_defaults_without_torch_distributed(rng):
     assert ds.balance.ranks == 1
 
 
+def test_defaults_from_an_initialised_process_group(rng, monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 3)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 4)
+    ds = varpack.BalancedPackedDataset(make_samples(rng, 100), CAPACITY)
+    assert (ds.rank, ds.world_size, ds.balance.ranks) == (3, 4, 4)
+    assert varpack.BalancedPackedDataset(make_samples(rng, 100), CAPACITY, rank=1).rank == 1
+
+
 def test_pickles_for_spawned_workers(rng):
     samples = make_samples(rng, 50)
     ds = varpack.BalancedPackedDataset(samples, CAPACITY, rank=1, world_size=2, seed=4, return_segments=True)
