@@ -87,4 +87,9 @@ TokenFile read_megatron(const std::string& prefix);
 bool is_token_file(std::string_view input);
 TokenFile open_token_file(const std::string& input);  // throws varpack::Error if !is_token_file
 
+// The sample lengths of a token-file input, from its offsets or index alone: the layout is checked
+// as open_token_file checks it, but no token is read (so none is range-checked), and nothing is
+// converted: what `varpack stats` needs, at the cost of the index, on inputs of any size.
+std::vector<int64_t> token_file_lengths(const std::string& input);
+
 }  // namespace varpack

@@ -83,8 +83,11 @@ Samples open_samples(const std::string& input, int64_t max_length) {
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length) {
   if (is_profile(input)) return profile_lengths(input);
   if (is_token_file(input)) {
-    const TokenFile file = open_checked_token_file(input, max_length);
-    return {file.lengths().begin(), file.lengths().end()};
+    std::vector<int64_t> lengths = token_file_lengths(input);
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      check_length(input, static_cast<int64_t>(i), 0, static_cast<size_t>(lengths[i]), max_length);
+    }
+    return lengths;
   }
   ProgressBar bar("reading " + input, "bytes");
   std::vector<int64_t> lengths;

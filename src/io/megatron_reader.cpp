@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mapped_file.h"
+#include "token_file_raw.h"
 #include "varpack/error.h"
 #include "varpack/token_files.h"
 
@@ -50,7 +51,7 @@ DtypeInfo dtype_of(const std::string& idx_path, uint8_t code) {
 
 }  // namespace
 
-TokenFile read_megatron(const std::string& prefix) {
+TokenFile::Raw read_megatron_raw(const std::string& prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   const MappedFile idx(idx_path);
   auto bin = std::make_unique<MappedFile>(bin_path);
@@ -109,7 +110,9 @@ TokenFile read_megatron(const std::string& prefix) {
     raw.lengths[s] = length;
   }
   raw.maps.push_back(std::move(bin));
-  return TokenFile(std::move(raw));
+  return raw;
 }
+
+TokenFile read_megatron(const std::string& prefix) { return TokenFile(read_megatron_raw(prefix)); }
 
 }  // namespace varpack

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mapped_file.h"
+#include "token_file_raw.h"
 #include "varpack/error.h"
 #include "varpack/token_files.h"
 
@@ -199,7 +200,7 @@ std::string default_offsets_path(std::string_view tokens_path) {
   return std::string(stem) + ".offsets.npy";
 }
 
-TokenFile read_npy_tokens(const std::string& tokens_path, const std::string& offsets_path) {
+TokenFile::Raw read_npy_raw(const std::string& tokens_path, const std::string& offsets_path) {
   TokenFile::Raw raw;
   raw.name = tokens_path;
   auto tokens_file = std::make_unique<MappedFile>(tokens_path);
@@ -234,7 +235,11 @@ TokenFile read_npy_tokens(const std::string& tokens_path, const std::string& off
                 " holds " + std::to_string(raw.size) + " tokens; they must match");
   }
   raw.maps.push_back(std::move(tokens_file));  // the offsets were copied; only the tokens stay mapped
-  return TokenFile(std::move(raw));
+  return raw;
+}
+
+TokenFile read_npy_tokens(const std::string& tokens_path, const std::string& offsets_path) {
+  return TokenFile(read_npy_raw(tokens_path, offsets_path));
 }
 
 }  // namespace varpack

@@ -2,7 +2,10 @@
 // `varpack` command and Python's varpack.read_tokens share.
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "mapped_file.h"
+#include "token_file_raw.h"
 #include "varpack/error.h"
 #include "varpack/token_files.h"
 
@@ -17,13 +20,19 @@ bool is_token_file(std::string_view input) {
   return input.starts_with(kMegatronPrefix) || input.ends_with(".bin") || input.ends_with(".npy");
 }
 
-TokenFile open_token_file(const std::string& input) {
+TokenFile::Raw open_token_file_raw(const std::string& input) {
   std::string_view name = input;
-  if (name.starts_with(kMegatronPrefix)) return read_megatron(std::string(name.substr(kMegatronPrefix.size())));
-  if (name.ends_with(".bin")) return read_megatron(std::string(name.substr(0, name.size() - 4)));
-  if (name.ends_with(".npy")) return read_npy_tokens(input, default_offsets_path(input));
+  if (name.starts_with(kMegatronPrefix)) return read_megatron_raw(std::string(name.substr(kMegatronPrefix.size())));
+  if (name.ends_with(".bin")) return read_megatron_raw(std::string(name.substr(0, name.size() - 4)));
+  if (name.ends_with(".npy")) return read_npy_raw(input, default_offsets_path(input));
   throw Error(input + ": not a token file (expected DATA.npy with DATA.offsets.npy, PREFIX.bin with "
               "PREFIX.idx, or megatron:PREFIX)");
+}
+
+TokenFile open_token_file(const std::string& input) { return TokenFile(open_token_file_raw(input)); }
+
+std::vector<int64_t> token_file_lengths(const std::string& input) {
+  return open_token_file_raw(input).lengths;
 }
 
 }  // namespace varpack

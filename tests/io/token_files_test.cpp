@@ -262,6 +262,31 @@ TEST(TokenFileInput, RecognisesTheNamedForms) {
   expect_error([] { open_token_file("data.jsonl"); }, {"data.jsonl", "not a token file"});
 }
 
+// token_file_lengths: the lengths open_token_file gives, without reading the tokens (so an
+// out-of-range id passes) but with the same checks of the layout.
+TEST(TokenFileInput, LengthsAloneFromTheOffsetsOrIndex) {
+  TempDir dir;
+  const Samples samples = random_samples(120, 60, 60000, 9);
+  std::vector<int64_t> expected;
+  for (const auto& s : samples) expected.push_back(static_cast<int64_t>(s.size()));
+  testing::write_npy_samples<uint16_t>(dir.file("d.npy"), dir.file("d.offsets.npy"), samples);
+  testing::write_megatron<uint16_t>(dir.file("m"), 8, samples);
+  for (const std::string& input : {dir.file("d.npy"), "megatron:" + dir.file("m"), dir.file("m.bin")}) {
+    EXPECT_EQ(token_file_lengths(input), expected) << input;
+    const TokenFile file = open_token_file(input);
+    EXPECT_EQ(std::vector<int64_t>(file.lengths().begin(), file.lengths().end()), expected) << input;
+  }
+
+  const std::string t = dir.file("t.npy"), o = dir.file("t.offsets.npy");
+  write_npy(o, std::vector<int64_t>{0, 1, 3});
+  write_npy(t, std::vector<int64_t>{5, 7, int64_t{1} << 31});
+  EXPECT_EQ(token_file_lengths(t), (std::vector<int64_t>{1, 2}));
+  expect_error([&] { open_token_file(t); }, {t, "value 2147483648"});
+  write_npy(o, std::vector<int64_t>{0, 1, 4});
+  expect_error([&] { token_file_lengths(t); }, {o, "past the end"});
+  expect_error([] { token_file_lengths("data.jsonl"); }, {"data.jsonl", "not a token file"});
+}
+
 TEST(TokenFileInput, BuildsTheSameBatchAsVectors) {
   TempDir dir;
   const Samples samples = random_samples(300, 90, 50000, 8);
