@@ -1,13 +1,15 @@
 // Binding of the token-file readers (token_files.h): varpack._C.TokenFile, a sequence of
 // zero-copy int32 numpy views of its samples with a `lengths` array for the planner, and
-// varpack._C.read_tokens. build_packed_batch (module.cpp) uses a TokenFile as its TokenSource
+// varpack._C.read_tokens, and varpack._C.token_file_lengths (lengths alone). build_packed_batch (module.cpp) uses a TokenFile as its TokenSource
 // directly. python/varpack/token_files.py gives them their Python shape.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>  // std::optional for the offsets argument
 
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "varpack/token_files.h"
 
@@ -54,4 +56,14 @@ void bind_token_files(py::module_& m) {
       .def_property_readonly("zero_copy", &varpack::TokenFile::zero_copy)
       .def_property_readonly("name", &varpack::TokenFile::name);
   m.def("read_tokens", &read_tokens, py::arg("path"), py::arg("offsets") = py::none());
+  m.def("token_file_lengths", [](const std::string& path) {
+    std::vector<int64_t> lengths;
+    {
+      py::gil_scoped_release release;
+      lengths = varpack::token_file_lengths(path);
+    }
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(lengths.size()));
+    std::copy(lengths.begin(), lengths.end(), out.mutable_data());
+    return out;
+  }, py::arg("path"));
 }

@@ -3,7 +3,7 @@
 Sequence packing (plan rows from lengths, build packed batches) and variable-length attention
 (flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core;
 a numpy reader of the packed binary format (PackedFile); memory-mapped token-file readers
-(read_tokens: .npy + offsets, Megatron .bin/.idx); BalancedPackedDataset, a data-parallel dataset
+(read_tokens: .npy + offsets, Megatron .bin/.idx; token_lengths: their lengths alone); BalancedPackedDataset, a data-parallel dataset
 of packed rows balanced by cost across ranks.
 """
 
@@ -16,10 +16,10 @@ from .balanced_dataset import BalancedPackedDataset
 from .collator import PackedStream, PackingCollator
 from .packed_file import PackedFile, PackedFileError, PackedRow
 from .packing import Plan, build_batch, plan
-from .token_files import TokenFile, read_tokens
+from .token_files import TokenFile, read_tokens, token_lengths
 
 __version__ = "0.1.0"
 
 __all__ = ["Balance", "BalancedPackedDataset", "PackedFile", "PackedFileError", "PackedRow", "PackedStream",
            "PackingCollator", "Plan", "TokenFile", "balance_rows", "build_batch", "flash_attn_varlen_func", "plan",
-           "read_tokens", "row_costs", "select_rows"]
+           "read_tokens", "row_costs", "select_rows", "token_lengths"]

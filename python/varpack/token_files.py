@@ -6,6 +6,7 @@ Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx), memory-mapped by the C++ 
     tokens = varpack.read_tokens("megatron:/data/corpus_text_document")  # or ".../corpus_text_document.bin"
     p = varpack.plan(tokens.lengths, capacity=4096)
     batch = varpack.build_batch(p, tokens, rows=slice(0, 8))
+    lengths = varpack.token_lengths("megatron:/data/corpus_text_document")  # index alone
 """
 
 import os
@@ -30,3 +31,13 @@ def read_tokens(path, offsets=None) -> TokenFile:
     wrong (dtype, byte order, shape, truncated data, offsets, a token id outside [0, 2^31)).
     """
     return _C.read_tokens(os.fspath(path), None if offsets is None else os.fspath(offsets))
+
+
+def token_lengths(path):
+    """The samples' lengths of a token file (int64 numpy array), read from its offsets or index
+    alone: no token is read, range-checked or converted, so this costs the index even for a
+    dataset far larger than memory (read_tokens holds an int32 copy of non-int32 tokens).
+    path: DATA.npy with DATA.offsets.npy beside it, "megatron:PREFIX" or "PREFIX.bin". The layout
+    is checked as read_tokens checks it; raises ValueError naming the file and what is wrong.
+    """
+    return _C.token_file_lengths(os.fspath(path))

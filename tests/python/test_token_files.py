@@ -148,3 +148,22 @@ def test_token_file_plans_and_builds_like_a_list(tmp_path, rng):
             assert torch.equal(value, from_list[key]), key
         else:
             assert value == from_list[key], key
+
+
+def test_token_lengths_reads_the_offsets_or_index_alone(tmp_path, rng):
+    samples = random_samples(rng, vocab=65536)
+    expected = np.array([len(s) for s in samples], dtype=np.int64)
+    data = save_npy(tmp_path, samples, np.uint16)
+    write_megatron(tmp_path / "m", samples, np.uint16, 8)
+    for path in (data, f"megatron:{tmp_path / 'm'}", tmp_path / "m.bin"):
+        np.testing.assert_array_equal(varpack.token_lengths(path), expected)
+        np.testing.assert_array_equal(varpack.token_lengths(path), varpack.read_tokens(path).lengths)
+    # No token is read: an id outside [0, 2^31) passes here and fails read_tokens.
+    bad = save_npy(tmp_path, [[1], [2, 2**31]], np.int64, name="bad")
+    np.testing.assert_array_equal(varpack.token_lengths(bad), [1, 2])
+    with pytest.raises(ValueError, match="2147483648"):
+        varpack.read_tokens(bad)
+    # The layout is still checked.
+    np.save(tmp_path / "bad.offsets.npy", np.array([0, 1, 4], dtype=np.int64))
+    with pytest.raises(ValueError, match="past the end"):
+        varpack.token_lengths(bad)
