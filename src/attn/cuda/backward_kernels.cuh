@@ -185,6 +185,25 @@ __global__ void dq_convert_kernel(const AttentionBackwardParams p, const float* 
                             h * p.dq_head_stride + d) = packed;
 }
 
+// Queues the lse and Delta of query rows [m0, m0 + kRows) of head h into stage `stage` of the
+// [stage][lse | delta][kRows] floats at `stats`; rows past the sequence read as 0. Threads
+// 0 .. 2 * kRows - 1 take part.
+template <int kRows>
+__device__ __forceinline__ void load_row_stats_async(uint32_t stats, int stage,
+                                                     const AttentionBackwardParams& p,
+                                                     const float* delta, const SequenceBounds& seq,
+                                                     int h, int64_t m0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < 2 * kRows) {
+    const int which = tid / kRows;  // 0: lse, 1: delta
+    const int r = tid % kRows;
+    const bool valid = m0 + r < seq.q_len;
+    const int64_t i = seq.q_begin + (valid ? m0 + r : 0);
+    const float* src = which == 0 ? p.lse + h * p.lse_head_stride + i : delta + h * p.total_q + i;
+    cp_async_4(stats + (stage * 2 * kRows + which * kRows + r) * 4, src, valid);
+  }
+}
+
 // dq_accum ([total_q, heads, D] fp32, zeroed) is used only when kAtomicDq.
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads)
@@ -202,10 +221,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   const int64_t n0 = slot.block * kBN;
   const int64_t n1 = n0 + kBN < seq.k_len ? n0 + kBN : seq.k_len;
-  const Range queries = queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right);
-  const int64_t m_first = queries.begin / kBM * kBM;
-  const int m_tiles =
-      queries.end > m_first ? static_cast<int>((queries.end - m_first + kBM - 1) / kBM) : 0;
+  const TileWalk walk =
+      tiles_over(queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right), kBM);
+  const int64_t m_first = walk.first;
+  const int m_tiles = walk.count;
   const int iters = m_tiles * group;
 
   const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
@@ -232,15 +251,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
                                            seq.q_len);
     load_tile_async<kBM, D, Cfg::kThreads>(sdO + buf * Cfg::kQueryTileBytes, dout,
                                            p.dout_row_stride, m0, seq.q_len);
-    const int tid = static_cast<int>(threadIdx.x);
-    if (tid < 2 * kBM) {
-      const int which = tid / kBM;  // 0: lse, 1: delta
-      const int r = tid % kBM;
-      const bool valid = m0 + r < seq.q_len;
-      const int64_t i = seq.q_begin + (valid ? m0 + r : 0);
-      const float* src = which == 0 ? p.lse + h * p.lse_head_stride + i : delta + h * p.total_q + i;
-      cp_async_4(sStat + (buf * 2 * kBM + which * kBM + r) * 4, src, valid);
-    }
+    load_row_stats_async<kBM>(sStat, buf, p, delta, seq, h, m0);
   };
 
   load_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);
@@ -403,10 +414,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   const int64_t m0 = slot.block * kBM;
   const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
-  const Range keys = keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right);
-  const int64_t n_first = keys.begin / kBN * kBN;
-  const int num_tiles =
-      keys.end > n_first ? static_cast<int>((keys.end - n_first + kBN - 1) / kBN) : 0;
+  const TileWalk walk =
+      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
+  const int64_t n_first = walk.first;
+  const int num_tiles = walk.count;
 
   const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
   const T* dout =

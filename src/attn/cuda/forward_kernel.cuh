@@ -73,10 +73,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   const int64_t m0 = slot.block * kBM;
   const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
-  const Range keys = keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right);
-  const int64_t n_first = keys.begin / kBN * kBN;
-  const int num_tiles =
-      keys.end > n_first ? static_cast<int>((keys.end - n_first + kBN - 1) / kBN) : 0;
+  const TileWalk walk =
+      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
+  const int64_t n_first = walk.first;
+  const int num_tiles = walk.count;
 
   const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
   const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
@@ -126,22 +126,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       row_max[mt][r] = -INFINITY;
       row_sum[mt][r] = 0.f;
     }
-  // Key j is visible from this thread's row warp_row + g + delta (delta = 16 * mt + 8 * r) iff
-  // vis_begin + delta <= j < vis_end + delta and j < k_len: SequenceBounds' key_begin / key_end
-  // without their clamps (j >= 0 makes them redundant), so two registers stand for the 4 * RT
-  // bounds of the thread's rows. A missing window side is a bound no key reaches. Rows past q_len
-  // are never stored, so their mask does not matter.
-  int vis_begin, vis_end;
-  {
-    const int64_t row = m0 + warp_row + g + seq.k_len - seq.q_len;  // its diagonal key position
-    const int64_t right = p.causal ? 0 : p.window_right;
-    // Past any key position of a sequence (cu_seqlens are int32), with room for the deltas.
-    const int64_t far = INT32_MAX - 16 * (RT + 1);
-    const int64_t b = p.window_left < 0 ? -far : row - p.window_left;
-    const int64_t e = right < 0 ? far : row + right + 1;
-    vis_begin = static_cast<int>(b < -far ? -far : (b > far ? far : b));
-    vis_end = static_cast<int>(e < -far ? -far : (e > far ? far : e));
-  }
+  // Visibility of keys from this thread's rows warp_row + g + delta (delta = 16 * mt + 8 * r).
+  // Rows past q_len are never stored, so their mask does not matter.
+  const RowVisibility vis = row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left,
+                                           p.window_right, 16 * (RT + 1));
 
   for (int t = 0; t < num_tiles; ++t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
@@ -207,7 +195,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
           for (int c = 0; c < 4; ++c) {
             const int delta = 16 * mt + 8 * (c / 2);
             const int j = j0 + i * 8 + (c & 1);
-            if (j < vis_begin + delta || j >= vis_end + delta || j >= k_len)
+            if (j < vis.begin + delta || j >= vis.end + delta || j >= k_len)
               s[mt][i][c] = -INFINITY;
           }
     }

@@ -66,10 +66,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   const int64_t n0 = slot.block * kBN;
   const int64_t n1 = n0 + kBN < seq.k_len ? n0 + kBN : seq.k_len;
-  const Range queries = queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right);
-  const int64_t m_first = queries.begin / kBM * kBM;
-  const int m_tiles =
-      queries.end > m_first ? static_cast<int>((queries.end - m_first + kBM - 1) / kBM) : 0;
+  const TileWalk walk =
+      tiles_over(queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right), kBM);
+  const int64_t m_first = walk.first;
+  const int m_tiles = walk.count;
   const int iters = m_tiles * group;
 
   const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
@@ -95,15 +95,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         static_cast<const T*>(p.dout) + seq.q_begin * p.dout_row_stride + h * p.dout_head_stride;
     load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ + stage, q, p.q_row_stride, m0, seq.q_len);
     load_gmma_tile_async<kBM, D, Cfg::kThreads>(sdO + stage, dout, p.dout_row_stride, m0, seq.q_len);
-    const int tid = static_cast<int>(threadIdx.x);
-    if (tid < 2 * kBM) {
-      const int which = tid / kBM;  // 0: lse, 1: delta
-      const int r = tid % kBM;
-      const bool valid = m0 + r < seq.q_len;
-      const int64_t i = seq.q_begin + (valid ? m0 + r : 0);
-      const float* src = which == 0 ? p.lse + h * p.lse_head_stride + i : delta + h * p.total_q + i;
-      cp_async_4(sStat + (((it & 1) * 2 + which) * kBM + r) * 4, src, valid);
-    }
+    load_row_stats_async<kBM>(sStat, it & 1, p, delta, seq, h, m0);
   };
 
   load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);

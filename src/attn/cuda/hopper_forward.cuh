@@ -61,10 +61,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   const int64_t m0 = slot.block * kBM;
   const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
-  const Range keys = keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right);
-  const int64_t n_first = keys.begin / kBN * kBN;
-  const int num_tiles =
-      keys.end > n_first ? static_cast<int>((keys.end - n_first + kBN - 1) / kBN) : 0;
+  const TileWalk walk =
+      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
+  const int64_t n_first = walk.first;
+  const int num_tiles = walk.count;
 
   const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
   const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
@@ -94,17 +94,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};  // per thread; reduced over the quad at the end
-  // Visibility bounds of this thread's rows as in forward_kernel (delta = 8 * r for row g + 8r).
-  int vis_begin, vis_end;
-  {
-    const int64_t row = m0 + warp_row + g + seq.k_len - seq.q_len;
-    const int64_t right = p.causal ? 0 : p.window_right;
-    const int64_t far = INT32_MAX - 32;
-    const int64_t b = p.window_left < 0 ? -far : row - p.window_left;
-    const int64_t e = right < 0 ? far : row + right + 1;
-    vis_begin = static_cast<int>(b < -far ? -far : (b > far ? far : b));
-    vis_end = static_cast<int>(e < -far ? -far : (e > far ? far : e));
-  }
+  // Visibility of keys from this thread's rows warp_row + g + 8 * r.
+  const RowVisibility vis =
+      row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
 
   for (int t = 0; t < num_tiles; ++t) {
@@ -154,7 +146,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int c = 0; c < 4; ++c) {
           const int delta = 8 * (c / 2);
           const int j = j0 + i * 8 + (c & 1);
-          if (j < vis_begin + delta || j >= vis_end + delta || j >= k_len) s[4 * i + c] = -INFINITY;
+          if (j < vis.begin + delta || j >= vis.end + delta || j >= k_len) s[4 * i + c] = -INFINITY;
         }
     }
 

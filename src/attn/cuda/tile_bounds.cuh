@@ -79,6 +79,41 @@ __host__ __device__ __forceinline__ Range queries_for_keys(const SequenceBounds&
   return r;
 }
 
+// The tiles of `step` rows a block walks to cover [r.begin, r.end): the first starts at r.begin
+// rounded down to a tile edge; `count` tiles reach r.end (none for an empty range).
+struct TileWalk {
+  int64_t first = 0;
+  int count = 0;
+};
+
+__host__ __device__ __forceinline__ TileWalk tiles_over(Range r, int step) {
+  TileWalk w;
+  w.first = r.begin / step * step;
+  w.count = r.end > w.first ? static_cast<int>((r.end - w.first + step - 1) / step) : 0;
+  return w;
+}
+
+// Key j is visible from query `row` + delta (0 <= delta <= slack) iff begin + delta <= j <
+// end + delta and j < k_len: SequenceBounds' key_begin / key_end without their clamps (j >= 0 makes
+// them redundant), so two int32 registers stand for the bounds of all of a thread's rows. A missing
+// window side is a bound no key reaches (cu_seqlens are int32, so keys lie below INT32_MAX - slack).
+struct RowVisibility {
+  int begin = 0, end = 0;
+};
+
+__host__ __device__ __forceinline__ RowVisibility row_visibility(const SequenceBounds& s,
+                                                                 int64_t row, bool causal,
+                                                                 int64_t window_left,
+                                                                 int64_t window_right, int slack) {
+  const int64_t diagonal = row + s.k_len - s.q_len;  // the row's own key position
+  const int64_t right = causal ? 0 : window_right;
+  const int64_t far = INT32_MAX - slack;
+  const int64_t b = window_left < 0 ? -far : diagonal - window_left;
+  const int64_t e = right < 0 ? far : diagonal + right + 1;
+  return {static_cast<int>(b < -far ? -far : (b > far ? far : b)),
+          static_cast<int>(e < -far ? -far : (e > far ? far : e))};
+}
+
 // True when every (query, key) pair of the tile is visible, so the kernels skip the mask.
 __host__ __device__ __forceinline__ bool tile_fully_visible(const SequenceBounds& s, int64_t q0,
                                                             int64_t q1, int64_t k0, int64_t k1,
