@@ -86,24 +86,47 @@ __device__ __forceinline__ void raw_and_slope(float s, float scale, float softca
   }
 }
 
+// Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
+// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass). D / 8 threads per
+// (row, head) with 16-byte loads; the grid is (row groups, heads), so no 64-bit division.
 template <class T, int D>
-__global__ void delta_kernel(const AttentionBackwardParams p, float* delta) {
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (warp >= p.total_q * p.heads) return;
-  const int64_t row = warp / p.heads;
-  const int h = static_cast<int>(warp % p.heads);
-  const T* dout = static_cast<const T*>(p.dout) + row * p.dout_row_stride + h * p.dout_head_stride;
-  const T* out = static_cast<const T*>(p.out) + row * p.out_row_stride + h * p.out_head_stride;
+struct RowPass {
+  static constexpr int kThreads = 256;
+  static constexpr int kLanes = D / 8;  // threads per (row, head), 8 elements each
+  static constexpr int kRows = kThreads / kLanes;
+  static_assert(32 % kLanes == 0, "a row's threads sit in one warp");
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(RowPass<T, D>::kThreads)
+    delta_kernel(const AttentionBackwardParams p, float* delta, float* dq_accum) {
+  using Pass = RowPass<T, D>;
+  const int h = static_cast<int>(blockIdx.y);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * Pass::kRows + threadIdx.x / Pass::kLanes;
+  const int part = static_cast<int>(threadIdx.x) % Pass::kLanes;
+  const bool valid = row < p.total_q;
   float acc = 0.f;
-  for (int d = 2 * lane; d < D; d += 64) {
-    const float2 a = Mma<T>::unpack(*reinterpret_cast<const uint32_t*>(dout + d));
-    const float2 b = Mma<T>::unpack(*reinterpret_cast<const uint32_t*>(out + d));
-    acc += a.x * b.x + a.y * b.y;
+  if (valid) {
+    const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) +
+                                                    row * p.dout_row_stride +
+                                                    h * p.dout_head_stride + part * 8);
+    const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.out) +
+                                                    row * p.out_row_stride +
+                                                    h * p.out_head_stride + part * 8);
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = Mma<T>::unpack(aw[i]), y = Mma<T>::unpack(bw[i]);
+      acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+    }
+    if (dq_accum != nullptr) {
+      float4* zero = reinterpret_cast<float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
+      zero[0] = zero[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) delta[h * p.total_q + row] = acc;
+  for (int off = Pass::kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (valid && part == 0) delta[h * p.total_q + row] = acc;
 }
 
 // Atomic-dQ mode, one tile pair: dQ[m0 .. m0 + kQueryStep) += dS K over the block's keys, with dS^T
@@ -169,34 +192,36 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
 
 // Atomic-dQ mode, last step: dq[i, h, :] = scale * dq_accum[i, h, :] in the output type, for the
 // rows of every sequence (cu_seqlens_q[batch] read on the device; rows past it are not written).
-// One thread per 4 elements.
+// D / 8 threads per (row, head), 8 elements each; grid (row groups, heads) as delta_kernel's.
 template <class T, int D>
-__global__ void dq_convert_kernel(const AttentionBackwardParams p, const float* dq_accum) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= p.total_q * p.heads * (D / 4)) return;
-  const int64_t row = idx / (p.heads * (D / 4));
-  if (row >= p.cu_seqlens_q[p.batch]) return;
-  const int h = static_cast<int>(idx / (D / 4) % p.heads);
-  const int d = static_cast<int>(idx % (D / 4)) * 4;
-  const float4 x = reinterpret_cast<const float4*>(dq_accum)[idx];
-  const uint2 packed = make_uint2(Mma<T>::pack(x.x * p.softmax_scale, x.y * p.softmax_scale),
-                                  Mma<T>::pack(x.z * p.softmax_scale, x.w * p.softmax_scale));
-  *reinterpret_cast<uint2*>(static_cast<T*>(p.dq) + row * p.dq_row_stride +
-                            h * p.dq_head_stride + d) = packed;
+__global__ void __launch_bounds__(RowPass<T, D>::kThreads)
+    dq_convert_kernel(const AttentionBackwardParams p, const float* dq_accum) {
+  using Pass = RowPass<T, D>;
+  const int h = static_cast<int>(blockIdx.y);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * Pass::kRows + threadIdx.x / Pass::kLanes;
+  const int part = static_cast<int>(threadIdx.x) % Pass::kLanes;
+  if (row >= p.total_q || row >= p.cu_seqlens_q[p.batch]) return;
+  const float4* src = reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
+  const float4 x = src[0], y = src[1];
+  const float c = p.softmax_scale;
+  const uint4 packed = make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
+                                  Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_row_stride + h * p.dq_head_stride +
+                            part * 8) = packed;
 }
 
 // Queues the lse and Delta of query rows [m0, m0 + kRows) of head h into stage `stage` of the
 // [stage][lse | delta][kRows] floats at `stats`; rows past the sequence read as 0. Threads
-// 0 .. 2 * kRows - 1 take part.
-template <int kRows>
+// 0 .. kThreads - 1 take part (all 2 * kRows values are covered for any kThreads).
+template <int kRows, int kThreads = 2 * kRows>
 __device__ __forceinline__ void load_row_stats_async(uint32_t stats, int stage,
                                                      const AttentionBackwardParams& p,
                                                      const float* delta, const SequenceBounds& seq,
                                                      int h, int64_t m0) {
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid < 2 * kRows) {
-    const int which = tid / kRows;  // 0: lse, 1: delta
-    const int r = tid % kRows;
+#pragma unroll
+  for (int idx = static_cast<int>(threadIdx.x); idx < 2 * kRows; idx += kThreads) {
+    const int which = idx / kRows;  // 0: lse, 1: delta
+    const int r = idx % kRows;
     const bool valid = m0 + r < seq.q_len;
     const int64_t i = seq.q_begin + (valid ? m0 + r : 0);
     const float* src = which == 0 ? p.lse + h * p.lse_head_stride + i : delta + h * p.total_q + i;
@@ -576,12 +601,20 @@ void launch_backward_pass(Kernel kernel, int threads, int smem, int64_t slots, i
   check_launch(what);
 }
 
+// The grid of delta_kernel and dq_convert_kernel: (row groups, heads).
 template <class T, int D>
-void launch_delta(const AttentionBackwardParams& p, float* delta, cudaStream_t stream) {
-  const int64_t warps = p.total_q * p.heads;
-  if (warps <= 0) return;
-  const int64_t blocks = (warps + 7) / 8;
-  delta_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, delta);
+dim3 row_pass_grid(const AttentionBackwardParams& p) {
+  const int64_t groups = (p.total_q + RowPass<T, D>::kRows - 1) / RowPass<T, D>::kRows;
+  return dim3(static_cast<unsigned>(groups), static_cast<unsigned>(p.heads));
+}
+
+// Delta, and with dq_accum the accumulator cleared.
+template <class T, int D>
+void launch_delta(const AttentionBackwardParams& p, float* delta, float* dq_accum,
+                  cudaStream_t stream) {
+  if (p.total_q <= 0 || p.heads <= 0) return;
+  delta_kernel<T, D><<<row_pass_grid<T, D>(p), RowPass<T, D>::kThreads, 0, stream>>>(p, delta,
+                                                                                  dq_accum);
   check_launch("the backward delta kernel");
 }
 
@@ -592,7 +625,7 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
   static_assert(Dkdv::kD == Dq::kD, "both passes use one head dim");
   constexpr int D = Dkdv::kD;
   float* delta = static_cast<float*>(workspace);
-  launch_delta<T, D>(p, delta, stream);
+  launch_delta<T, D>(p, delta, nullptr, stream);
   const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
   const int64_t query_slots = slot_count(p.total_q, p.batch, Dq::kQueriesPerBlock);
   const bool softcap = p.softcap > 0.f;
@@ -608,8 +641,8 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
                          static_cast<const float*>(delta));
 }
 
-// Non-deterministic (atomic dQ) backward around a dK/dV/dQ launch: clears the fp32 dQ accumulator,
-// computes Delta, calls launch_dkdv(delta, dq_accum, stream), then scales and rounds dQ. workspace:
+// Non-deterministic (atomic dQ) backward around a dK/dV/dQ launch: computes Delta and clears the
+// fp32 dQ accumulator, calls launch_dkdv(delta, dq_accum, stream), then scales and rounds dQ. workspace:
 // Delta (delta_workspace_bytes), then the accumulator [total_q, heads, D].
 template <class T, int D, class LaunchDkdv>
 void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream,
@@ -618,20 +651,12 @@ void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cuda
   float* dq_accum =
       reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + delta_workspace_bytes(p));
   if (p.batch <= 0) return;  // no sequence, no row to write (cu_seqlens may then be null)
-  const int64_t accum_elems = p.total_q * p.heads * D;
-  if (accum_elems > 0) {
-    const cudaError_t zero =
-        cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(accum_elems) * sizeof(float), stream);
-    if (zero != cudaSuccess)
-      throw Error(std::string("varpack CUDA attention: clearing the dQ accumulator failed: ") +
-                  cudaGetErrorString(zero));
-  }
-  launch_delta<T, D>(p, delta, stream);
+  launch_delta<T, D>(p, delta, dq_accum, stream);
   launch_dkdv(static_cast<const float*>(delta), dq_accum, stream);
   // Rows past cu_seqlens_q[batch] are skipped inside, so the grid covers all total_q rows.
-  if (accum_elems > 0) {
-    const int64_t blocks = (accum_elems / 4 + 255) / 256;
-    dq_convert_kernel<T, D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, dq_accum);
+  if (p.total_q > 0 && p.heads > 0) {
+    dq_convert_kernel<T, D>
+        <<<row_pass_grid<T, D>(p), RowPass<T, D>::kThreads, 0, stream>>>(p, dq_accum);
     check_launch("the backward dQ conversion kernel");
   }
 }

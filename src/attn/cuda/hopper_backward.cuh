@@ -1,18 +1,26 @@
 // Varlen attention backward on Hopper's wgmma (sm_90a), the atomic-dQ mode (FlashAttention's
 // default; the deterministic mode stays on the mma.sync passes of backward_kernels.cuh). One block =
-// 128 keys of one kv head, two warpgroups of 64 keys each; it walks every query tile of 64 (of every
-// q head of its group) that can see its keys. Per tile, each warpgroup computes S^T = K Q^T and
-// dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
-// dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
-// memory, where after one barrier each warpgroup computes its share of the head columns of
-// dQ = dS K over all the block's keys and adds them to the fp32 accumulator with vector reductions.
+// 128 keys of one kv head; it walks every query tile of 64 (of every q head of its group) that can
+// see its keys. The block is warp-specialized:
+// - all threads load K, V and the first query tile's Q, dO, lse and Delta together; then
+// - a producer warpgroup: two warps load each further query tile into a ring of stages (cp.async,
+//   completion counted on an mbarrier per stage); one warp adds each tile's dQ from shared memory
+//   to the fp32 accumulator with bulk asynchronous reductions;
+// - two compute warpgroups of 64 keys each. Per tile, each computes S^T = K Q^T and
+//   dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
+//   dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
+//   memory (two buffers), where after a barrier of the two each computes half of the head columns
+//   of dQ = dS K over all the block's keys, and hands them to the reducing warp through shared
+//   memory. The compute warpgroups neither issue loads nor wait for dQ's global reductions.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tile_bounds.cuh"
@@ -21,28 +29,48 @@
 
 namespace varpack::cuda {
 
-// Two warpgroups x 64 keys per block; each computes half of dQ's columns over both warpgroups'
-// keys. Measured on the H200 (bf16, d128, causal, 16 heads; experiments/tile_shapes.cu,
-// 2026-11-30), against this shape at 183 / 271 / 309 TFLOP/s (64 x 1k / 16 x 4k / 4 x 16k): one
-// warpgroup per block, two blocks per multiprocessor, 159 / 201 / 212; waiting for S^T and dP^T
-// together 180 / 268 / 304; warpgroup ping-pong 176 / 255 / 287; dV/dK deferred to the next
-// iteration (three stages) 168 / 242 / 267. dQ's reductions take about a third of the time (left
-// out, 231 / 381 / 457), but staging them for bulk reductions (175 / 256 / 288), 16-byte vector
-// reductions (178 / 258 / 292) or a per-block rotation of the query tiles (179 / 265 / 300) did
-// not help.
+// Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s). The
+// earlier two-warpgroup block without a producer, where the compute warpgroups issued the loads and
+// dQ's reductions themselves, ran 183 / 271 / 309 (experiments/tile_shapes.cu, 2026-11-30); there
+// dQ's reductions took about a third of the time (left out: 231 / 381 / 457), and staging them for
+// bulk reductions issued by the compute threads (175 / 256 / 288), 16-byte vector reductions
+// (178 / 258 / 292), a per-block rotation of the query tiles (179 / 265 / 300), warpgroup
+// ping-pong (176 / 255 / 287), deferring dV/dK by an iteration (168 / 242 / 267) or one-warpgroup
+// blocks (159 / 201 / 212) did not help.
 template <int D>
 struct HopperBackwardConfig {
   static constexpr int kD = D;
-  static constexpr int kThreads = 256;
+  static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
+  static constexpr int kComputeThreads = 256;
+  static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; warp 2 reduces dQ
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   static constexpr int kKeysPerBlock = 128;
   static constexpr int kQueryStep = 64;
-  static constexpr int kDqCols = D / 2;  // each warpgroup's share of dQ's columns
+  static constexpr int kStages = 2;
+  static constexpr int kDqCols = D / 2;  // each compute warpgroup's share of dQ's columns
+  // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
+  // hit 32 different banks; the 16-byte multiple the bulk reductions need.
+  static constexpr int kDqRowBytes = (D + 8) * 4;
   using KvTile = GmmaTile<kKeysPerBlock, D>;
   using QTile = GmmaTile<kQueryStep, D>;
   using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
-  // K, V; Q and dO in two stages; dS^T; then [stage][lse | delta][query] floats.
-  static constexpr int kStatOffset = 2 * KvTile::kBytes + 4 * QTile::kBytes + DsTile::kBytes;
-  static constexpr int kSmemBytes = 1024 + kStatOffset + 4 * kQueryStep * 4;
+  // K, V; Q and dO per stage; dS^T twice; dQ; [stage][lse | delta][query] floats; mbarriers.
+  static constexpr int kQOffset = 2 * KvTile::kBytes;
+  static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
+  static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
+  static constexpr int kDqOffset = kDsOffset + 2 * DsTile::kBytes;
+  static constexpr int kStatOffset = kDqOffset + kQueryStep * kDqRowBytes;
+  static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
+  static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+};
+
+// Named barriers of the kernel (0 is __syncthreads').
+enum HopperBackwardBarrier : int {
+  kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
+  kDqFull = 2,   // the compute warpgroups have stored a tile's dQ (for the reducing warp)
+  kDqEmpty = 3,  // the reducing warp has read the previous tile's dQ out of shared memory
 };
 
 template <class T, class Cfg, bool kSoftcap>
@@ -53,7 +81,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int D = Cfg::kD;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
+  constexpr int kStages = Cfg::kStages;
   constexpr int kDqCols = Cfg::kDqCols;
+  constexpr int kDqHandoff = Cfg::kComputeThreads + 32;  // compute threads + the reducing warp
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -71,44 +101,101 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int64_t m_first = walk.first;
   const int m_tiles = walk.count;
   const int iters = m_tiles * group;
-
-  const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+  // Iteration it: q head hk * group + it / m_tiles, query tile starting at tile_start(it).
+  auto tile_start = [&](int it) { return m_first + static_cast<int64_t>(it % m_tiles) * kBM; };
 
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t sK = (raw_addr + 1023) & ~1023u;
   const uint32_t sV = sK + KvTile::kBytes;
-  const uint32_t sQ = sV + KvTile::kBytes;       // two stages
-  const uint32_t sdO = sQ + 2 * QTile::kBytes;   // two stages
-  const uint32_t sDs = sdO + 2 * QTile::kBytes;
+  const uint32_t sQ = sK + Cfg::kQOffset;  // per stage
+  const uint32_t sdO = sK + Cfg::kDoOffset;
+  const uint32_t sDs = sK + Cfg::kDsOffset;  // two buffers
+  const uint32_t sDq = sK + Cfg::kDqOffset;
   const uint32_t sStat = sK + Cfg::kStatOffset;
-  const float* stat = reinterpret_cast<const float*>(smem_raw + (sStat - raw_addr));
-
-  // Queues the loads of iteration `it` (q head and query tile) into stage it & 1.
-  auto tile_start = [&](int it) { return m_first + static_cast<int64_t>(it % m_tiles) * kBM; };
-  auto load_queries = [&](int it) {
+  auto stage_full = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * s; };
+  auto stage_empty = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * (kStages + s); };
+  // Queues the loads of iteration `it` into stage it % kStages, by threads 0 .. THREADS - 1;
+  // UNROLL = 1 for the producer warps' few registers.
+  auto load_queries = [&](auto threads, auto unroll, int it) {
+    constexpr int kLoaders = decltype(threads)::value;
+    constexpr int kUnroll = decltype(unroll)::value;
+    const int s = it % kStages;
     const int h = hk * group + it / m_tiles;
     const int64_t m0 = tile_start(it);
-    const uint32_t stage = (it & 1) * QTile::kBytes;
     const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
     const T* dout =
         static_cast<const T*>(p.dout) + seq.q_begin * p.dout_row_stride + h * p.dout_head_stride;
-    load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ + stage, q, p.q_row_stride, m0, seq.q_len);
-    load_gmma_tile_async<kBM, D, Cfg::kThreads>(sdO + stage, dout, p.dout_row_stride, m0, seq.q_len);
-    load_row_stats_async<kBM>(sStat, it & 1, p, delta, seq, h, m0);
+    load_gmma_tile_async<kBM, D, kLoaders, kUnroll>(sQ + s * QTile::kBytes, q, p.q_row_stride, m0,
+                                                    seq.q_len);
+    load_gmma_tile_async<kBM, D, kLoaders, kUnroll>(sdO + s * QTile::kBytes, dout,
+                                                    p.dout_row_stride, m0, seq.q_len);
+    load_row_stats_async<kBM, kLoaders>(sStat, s, p, delta, seq, h, m0);
   };
+  using AllThreads = std::integral_constant<int, Cfg::kThreads>;
+  using LoadThreads = std::integral_constant<int, Cfg::kLoadThreads>;
 
-  load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);
-  load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n0, seq.k_len);
-  if (iters > 0) load_queries(0);
+  // K, V and iteration 0's tiles, by every thread at once: nothing can start before they land.
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(stage_full(s), Cfg::kLoadThreads);
+      mbarrier_init(stage_empty(s), Cfg::kComputeThreads);
+    }
+  }
+  if (iters > 0) {
+    const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);
+    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n0, seq.k_len);
+    load_queries(AllThreads{}, std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>{}, 0);
+  }
   cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    warpgroup_registers_down<Cfg::kProducerRegisters>();
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (warp < 2) {
+      // Fill number (it - 1) / kStages of stage it % kStages; refill a stage once both compute
+      // warpgroups are done with its previous tile.
+      for (int it = 1; it < iters; ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
+        load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it);
+        cp_async_arrive(stage_full(s));
+      }
+      cp_async_wait<0>();
+    } else if (warp == 2 && iters > 0) {
+      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
+      const int lane = static_cast<int>(threadIdx.x) % 32;
+      named_barrier_arrive(kDqEmpty, kDqHandoff);
+      for (int it = 0; it < iters; ++it) {
+        const int h = hk * group + it / m_tiles;
+        const int64_t m0 = tile_start(it);
+        const int64_t left = seq.q_len - m0;
+        const int rows = left < kBM ? static_cast<int>(left) : kBM;
+        named_barrier_sync(kDqFull, kDqHandoff);
+        for (int r = lane; r < rows; r += 32)
+          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
+                              sDq + r * Cfg::kDqRowBytes, D * 4);
+        bulk_commit();
+        bulk_wait_read();
+        if (it + 1 < iters) named_barrier_arrive(kDqEmpty, kDqHandoff);
+      }
+    }
+    return;
+  }
+
+  warpgroup_registers_up<Cfg::kComputeRegisters>();
+  const int ctid = static_cast<int>(threadIdx.x) - 128;
+  const int warp = ctid / 32;  // 0 .. 7 over both compute warpgroups: key rows warp * 16 ..
   const int wg = warp / 4;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int lane = ctid % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float* stat = reinterpret_cast<const float*>(smem_raw + (sStat - raw_addr));
   const uint32_t k_rows = sK + wg * 64 * 128;  // this warpgroup's 64 keys in each column block
   const uint32_t v_rows = sV + wg * 64 * 128;
   // dQ = dS K for columns [wg * kDqCols, +kDqCols): K read MN-major from that column offset.
@@ -118,17 +205,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
+  // Keys of this thread's accumulator rows warp * 16 + g + 8r, inside the sequence or not.
+  const int key0 = static_cast<int>(n0) + warp * 16 + g;
+  const bool key_in[2] = {key0 < seq.k_len, key0 + 8 < seq.k_len};
   for (int it = 0; it < iters; ++it) {
-    const int h = hk * group + it / m_tiles;
+    const int s = it % kStages;
     const int64_t m0 = tile_start(it);
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile it is in; every warpgroup is done with the stage it + 1 refills and dS^T
-    if (it + 1 < iters) load_queries(it + 1);
-    cp_async_commit();
-    const uint32_t qb = sQ + (it & 1) * QTile::kBytes;
-    const uint32_t dob = sdO + (it & 1) * QTile::kBytes;
-    const float* lse = stat + (it & 1) * 2 * kBM;
+    if (it > 0) {
+      mbarrier_wait(stage_full(s), ((it - 1) / kStages) & 1);
+      fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
+    }
+    const uint32_t qb = sQ + s * QTile::kBytes;
+    const uint32_t dob = sdO + s * QTile::kBytes;
+    const uint32_t dsb = sDs + (it & 1) * DsTile::kBytes;
+    const float* lse = stat + s * 2 * kBM;
     const float* dlt = lse + kBM;
 
     // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64 queries, both K-major, in two
@@ -162,6 +252,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // query 8i + 2qd + c % 2).
     const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                                          p.window_right);
+    // Query m0 + col sees key j iff vis.begin + col <= j < vis.end + col, col < queries, j < k_len.
+    const RowVisibility vis =
+        row_visibility(seq, m0, p.causal, p.window_left, p.window_right, kBM);
+    const int queries = seq.q_len - m0 < kBM ? static_cast<int>(seq.q_len - m0) : kBM;
 #pragma unroll
     for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
@@ -171,11 +265,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         raw_and_slope<kSoftcap>(st[4 * i + c], p.softmax_scale, p.softcap, raw, slope);
         float pr = fast_exp2(fmaf(raw, c_log2, -lse[col] * kLog2e));
         if (!full) {
-          const int64_t qi = m0 + col;
-          const int64_t kj = n0 + warp * 16 + g + 8 * (c / 2);
-          const bool visible = qi < seq.q_len && kj >= seq.key_begin(qi, p.window_left) &&
-                               kj < seq.key_end(qi, p.causal, p.window_right);
-          if (!visible) pr = 0.f;
+          const int shifted = key0 + 8 * (c / 2) - col;
+          if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
+            pr = 0.f;
         }
         st[4 * i + c] = pr;
         if constexpr (kSoftcap) dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col]) * slope;
@@ -199,25 +291,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int r = 0; r < 2; ++r) {
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
         dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
-        st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+        st_shared_b32(dsb + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
                       dsf[i / 2][(i & 1) * 2 + r]);
       }
     fence_proxy_async();
 
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries).
-    auto issue_dkdv = [&] {
-      pin_registers(dv);
-      pin_registers(dk);
-      wgmma_fence();
+    pin_registers(dv);
+    pin_registers(dk);
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk) {
-        Wgmma<T, D>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
-        Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
-      }
-      wgmma_commit();
-    };
-    issue_dkdv();
-    __syncthreads();  // every warp's dS^T rows are in shared memory
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      Wgmma<T, D>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
+    }
+    wgmma_commit();
+    // Every warp's dS^T rows are in shared memory. The other buffer is free: both warpgroups
+    // finished the previous tile's dQ product before arriving here.
+    named_barrier_sync(kDsReady, Cfg::kComputeThreads);
 
     // dQ[:, this warpgroup's columns] = dS K over the block's keys: A = dS^T read MN-major,
     // B = K read MN-major (rows = keys).
@@ -227,26 +318,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk)
       Wgmma<T, kDqCols>::template ss<1, 1>(
-          dq, gmma_desc(sDs + kk * 2048, DsTile::kBlockBytes, 1024),
+          dq, gmma_desc(dsb + kk * 2048, DsTile::kBlockBytes, 1024),
           gmma_desc(k_cols + kk * 2048, KvTile::kBlockBytes, 1024), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
     pin_registers(dq);
-    // Accumulator rows are queries (warp % 4) * 16 + g + 8r of the tile.
+    mbarrier_arrive(stage_empty(s));  // Q, dO and the row statistics of stage s are read
+
+    // Hand dQ to the reducing warp. Accumulator rows are queries (warp % 4) * 16 + g + 8r of the
+    // tile, columns wg * kDqCols + 8n + 2qd + {0, 1}.
+    named_barrier_sync(kDqEmpty, kDqHandoff);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t i = m0 + (warp % 4) * 16 + g + 8 * r;
-      if (i >= seq.q_len) continue;
-      float* row = dq_accum + ((seq.q_begin + i) * p.heads + h) * D + wg * kDqCols + 2 * qd;
+      const uint32_t row = sDq + ((warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                           (wg * kDqCols + 2 * qd) * 4;
 #pragma unroll
       for (int n = 0; n < kDqCols / 8; ++n)
-        red_add_f32x2(row + n * 8, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+        st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
     }
+    fence_proxy_async();  // before the bulk reductions read them
+    named_barrier_arrive(kDqFull, kDqHandoff);
   }
-  wgmma_wait<0>();
   pin_registers(dv);
   pin_registers(dk);
-  cp_async_wait<0>();
 
   T* dkp = static_cast<T*>(p.dk) + seq.k_begin * p.dk_row_stride + hk * p.dk_head_stride;
   T* dvp = static_cast<T*>(p.dv) + seq.k_begin * p.dv_row_stride + hk * p.dv_head_stride;

@@ -73,6 +73,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
+// 8-byte store of two floats to a shared-memory address.
+__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
 
 // addr[0] += a, addr[1] += b in global memory as fire-and-forget reductions (no value returned, so
 // the warp does not wait for them); one 8-byte vector reduction on sm_90, two 4-byte ones before.

@@ -29,13 +29,14 @@ struct GmmaTile {
 };
 
 // Copies rows [row0, row0 + ROWS) of one head of a [rows, heads, D] tensor into a GmmaTile; rows at
-// or past `valid_rows` are zero-filled. All THREADS threads of the block take part.
-template <int ROWS, int D, int THREADS, class T>
+// or past `valid_rows` are zero-filled. Threads 0 .. THREADS - 1 of the block take part. UNROLL = 1
+// keeps the loop rolled, for a producer warp with few registers.
+template <int ROWS, int D, int THREADS, int UNROLL = (ROWS * D / 8 + THREADS - 1) / THREADS, class T>
 __device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* base, int64_t row_stride,
                                                      int64_t row0, int64_t valid_rows) {
   constexpr int kChunks = D / 8;
   constexpr int kTotal = ROWS * kChunks;
-#pragma unroll
+#pragma unroll UNROLL
   for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
     const int idx = it * THREADS + static_cast<int>(threadIdx.x);
     if (kTotal % THREADS != 0 && idx >= kTotal) break;  // 3 warpgroups: the last round is partial

@@ -1,0 +1,68 @@
+// Hopper (sm_90a) building blocks for warp-specialized kernels: shared-memory barriers (mbarrier)
+// that hand pipeline stages between a producer and consumers, cp.async completions counted on
+// them, bulk asynchronous reductions from shared to global memory, and the per-warpgroup register
+// budget (setmaxnreg). Like wgmma.cuh, only the Hopper kernels use these, under
+// __CUDA_ARCH_FEAT_SM90_ALL.
+#pragma once
+
+#include <cstdint>
+
+namespace varpack::cuda {
+
+// A shared-memory barrier (8 bytes at `bar`) that completes a phase when `count` arrivals are in;
+// the phases alternate parity 0, 1, 0, ...
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+// Waits until the phase of parity `parity` has completed (acquire: what the arriving threads
+// wrote before arriving is visible after it).
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Arrives on `bar` once every cp.async this thread has issued so far has landed. The barrier's
+// count must include this arrival (noinc: it is not added to the expected count).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// global[0 .. bytes/4) += shared[0 .. bytes/4) in fp32, performed by the copy engine while the
+// thread goes on. Both addresses 16-byte aligned, bytes a multiple of 16. The shared source must
+// have been made visible to the async proxy (fence_proxy_async by its writers, then a barrier).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shared, int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
+      "r"(shared), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's committed bulk operations have read their shared-memory sources (the
+// buffer may be refilled, or the block exit: the global side completes on its own).
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Moves registers between warpgroups: a producer gives its share back, consumers take it. All
+// threads of a warpgroup execute the same call; the kernel needs __launch_bounds__(threads, 1) so
+// that ptxas knows the per-thread count at entry (otherwise it ignores these).
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_registers_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_registers_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+}  // namespace varpack::cuda
