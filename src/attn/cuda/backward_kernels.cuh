@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   constexpr int kBM = Cfg::kQueryStep;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const TileSlot slot = find_slot<kBN>(p.cu_seqlens_k, p.batch, slots);
+  const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
   const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   constexpr int kBN = Cfg::kKeyStep;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const TileSlot slot = find_slot<kBM>(p.cu_seqlens_q, p.batch, slots);
+  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
   if (!slot.valid) return;
   const int h = static_cast<int>(blockIdx.y);
   const int hk = h / (p.heads / p.kv_heads);

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   constexpr int RT = Cfg::kRowTiles;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const TileSlot slot = find_slot<kBM>(p.cu_seqlens_q, p.batch, slots);
+  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
   if (!slot.valid) return;
   const int h = static_cast<int>(blockIdx.y);
   const int hk = h / (p.heads / p.kv_heads);

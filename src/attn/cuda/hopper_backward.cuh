@@ -9,7 +9,7 @@
 // - two compute warpgroups of 64 keys each. Per tile, each computes S^T = K Q^T and
 //   dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
 //   dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
-//   memory (two buffers), where after a barrier of the two each computes half of the head columns
+//   memory, where after a barrier of the two each computes half of the head columns
 //   of dQ = dS K over all the block's keys, and hands them to the reducing warp through shared
 //   memory. The compute warpgroups neither issue loads nor wait for dQ's global reductions.
 #pragma once
@@ -47,7 +47,7 @@ struct HopperBackwardConfig {
   static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   static constexpr int kKeysPerBlock = 128;
   static constexpr int kQueryStep = 64;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = 3;
   static constexpr int kDqCols = D / 2;  // each compute warpgroup's share of dQ's columns
   // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
   // hit 32 different banks; the 16-byte multiple the bulk reductions need.
@@ -55,11 +55,11 @@ struct HopperBackwardConfig {
   using KvTile = GmmaTile<kKeysPerBlock, D>;
   using QTile = GmmaTile<kQueryStep, D>;
   using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
-  // K, V; Q and dO per stage; dS^T twice; dQ; [stage][lse | delta][query] floats; mbarriers.
+  // K, V; Q and dO per stage; dS^T; dQ; [stage][lse | delta][query] floats; mbarriers.
   static constexpr int kQOffset = 2 * KvTile::kBytes;
   static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
-  static constexpr int kDqOffset = kDsOffset + 2 * DsTile::kBytes;
+  static constexpr int kDqOffset = kDsOffset + DsTile::kBytes;
   static constexpr int kStatOffset = kDqOffset + kQueryStep * kDqRowBytes;
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
   static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const TileSlot slot = find_slot<kBN>(p.cu_seqlens_k, p.batch, slots);
+  const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
   const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sV = sK + KvTile::kBytes;
   const uint32_t sQ = sK + Cfg::kQOffset;  // per stage
   const uint32_t sdO = sK + Cfg::kDoOffset;
-  const uint32_t sDs = sK + Cfg::kDsOffset;  // two buffers
+  const uint32_t sDs = sK + Cfg::kDsOffset;
   const uint32_t sDq = sK + Cfg::kDqOffset;
   const uint32_t sStat = sK + Cfg::kStatOffset;
   auto stage_full = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * s; };
@@ -217,7 +217,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     const uint32_t qb = sQ + s * QTile::kBytes;
     const uint32_t dob = sdO + s * QTile::kBytes;
-    const uint32_t dsb = sDs + (it & 1) * DsTile::kBytes;
     const float* lse = stat + s * 2 * kBM;
     const float* dlt = lse + kBM;
 
@@ -291,7 +290,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int r = 0; r < 2; ++r) {
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
         dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
-        st_shared_b32(dsb + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+        st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
                       dsf[i / 2][(i & 1) * 2 + r]);
       }
     fence_proxy_async();
@@ -306,8 +305,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
     }
     wgmma_commit();
-    // Every warp's dS^T rows are in shared memory. The other buffer is free: both warpgroups
-    // finished the previous tile's dQ product before arriving here.
+    // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
+    // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
     named_barrier_sync(kDsReady, Cfg::kComputeThreads);
 
     // dQ[:, this warpgroup's columns] = dS K over the block's keys: A = dS^T read MN-major,
@@ -318,7 +317,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk)
       Wgmma<T, kDqCols>::template ss<1, 1>(
-          dq, gmma_desc(dsb + kk * 2048, DsTile::kBlockBytes, 1024),
+          dq, gmma_desc(sDs + kk * 2048, DsTile::kBlockBytes, 1024),
           gmma_desc(k_cols + kk * 2048, KvTile::kBlockBytes, 1024), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();

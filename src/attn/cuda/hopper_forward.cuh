@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using KvTile = typename Cfg::KvTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const TileSlot slot = find_slot<kBM>(p.cu_seqlens_q, p.batch, slots);
+  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
   if (!slot.valid) return;
   const int h = static_cast<int>(blockIdx.y);
   const int hk = h / (p.heads / p.kv_heads);

@@ -21,10 +21,14 @@ struct TileSlot {
   bool valid = false;
 };
 
-// Slots are visited last-first and, inside a sequence, last tile first: under causal masking the
-// last query tiles of a sequence carry the most key tiles, so they start early and the short
-// tiles fill the tail of the launch.
-template <int BLOCK>
+// Slots are visited last-first (blockIdx.x 0 takes the last slot), so sequences come last-first.
+// Inside a sequence, kOrder picks which end comes first: under causal masking the last query
+// tiles see the most key tiles (the forward and the dQ pass want the last tile first) and the
+// first key tiles are seen by the most query tiles (the dK/dV passes want the first tile first);
+// the heavy blocks then start early and the light ones fill the tail of the launch.
+enum class TileOrder { kLastFirst, kFirstFirst };
+
+template <int BLOCK, TileOrder kOrder>
 __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
                                               int64_t slots) {
   const int64_t s = slots - 1 - static_cast<int64_t>(blockIdx.x);
@@ -42,7 +46,8 @@ __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t
   const int64_t local = s - (begin / BLOCK + lo);
   if (local < 0 || local >= tiles) return t;
   t.b = lo;
-  t.block = tiles - 1 - local;
+  // The first valid slot visited in a sequence has local = tiles - 1.
+  t.block = kOrder == TileOrder::kLastFirst ? local : tiles - 1 - local;
   t.valid = true;
   return t;
 }
