@@ -29,14 +29,17 @@
 
 namespace varpack::cuda {
 
-// Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s). The
-// earlier two-warpgroup block without a producer, where the compute warpgroups issued the loads and
-// dQ's reductions themselves, ran 183 / 271 / 309 (experiments/tile_shapes.cu, 2026-11-30); there
-// dQ's reductions took about a third of the time (left out: 231 / 381 / 457), and staging them for
-// bulk reductions issued by the compute threads (175 / 256 / 288), 16-byte vector reductions
-// (178 / 258 / 292), a per-block rotation of the query tiles (179 / 265 / 300), warpgroup
-// ping-pong (176 / 255 / 287), deferring dV/dK by an iteration (168 / 242 / 267) or one-warpgroup
-// blocks (159 / 201 / 212) did not help.
+// Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
+// standalone benchmark, 2026-11-30): this shape 214 / 309 / 351; with two load stages and two dS^T
+// buffers 212 / 306 / 348; a persistent variant (one block per multiprocessor taking key blocks
+// from a global counter, loading the next block's K and V while writing dK and dV) 196 / 272 / 302,
+// slower at every length, so not kept. The earlier two-warpgroup block without a producer, where
+// the compute warpgroups issued the loads and dQ's reductions themselves, ran 183 / 271 / 309
+// (experiments/tile_shapes.cu); there dQ's reductions took about a third of the time, and staging
+// them for bulk reductions issued by the compute threads (175 / 256 / 288), 16-byte vector
+// reductions (178 / 258 / 292), a per-block rotation of the query tiles (179 / 265 / 300),
+// warpgroup ping-pong (176 / 255 / 287), deferring dV/dK by an iteration (168 / 242 / 267) or
+// one-warpgroup blocks (159 / 201 / 212) did not help.
 template <int D>
 struct HopperBackwardConfig {
   static constexpr int kD = D;
