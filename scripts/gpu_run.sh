@@ -14,7 +14,9 @@
 #   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments;
-#   profile: ncu on the Hopper kernels at 16 x 4k;
+#   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
+#   16 x 4k; 0 = 64 x 1k), with per-instruction stall samples of the backward in
+#   ncu_backward_sass.csv;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
 #   the standalone library, test and benchmark alone, the quickest full check of the kernels.
 #   SANITIZE_S=60 caps each sanitizer step at 60 s (default 120 and 150).
@@ -89,8 +91,14 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
     step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
       --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
-      --section ComputeWorkloadAnalysis build-gpu/bench_attention_cuda 3 1
+      --section ComputeWorkloadAnalysis --section SourceCounters -o "/tmp/ncu_$kernel" -f \
+      build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" &&
+      ncu -i "/tmp/ncu_$kernel.ncu-rep" --page details >>"$out/ncu.txt" 2>&1
   done
+  # Where the backward's warps wait, instruction by instruction (stall samples per SASS line).
+  [ -f /tmp/ncu_hopper_backward_kernel.ncu-rep ] &&
+    ncu -i /tmp/ncu_hopper_backward_kernel.ncu-rep --page source --csv --print-source sass \
+      >"$out/ncu_backward_sass.csv" 2>&1
 fi
 if [[ $want == *" bench "* ]]; then
   [ -x build-gpu/bench_attention_cuda ] &&
