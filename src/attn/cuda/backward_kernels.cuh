@@ -86,24 +86,28 @@ __device__ __forceinline__ void raw_and_slope(float s, float scale, float softca
   }
 }
 
-// Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
-// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass). D / 8 threads per
-// (row, head) with 16-byte loads; the grid is (row groups, heads), so no 64-bit division.
-template <class T, int D>
+// The delta and dQ-conversion passes over (row, head) pairs: D / 8 threads per pair, 8 elements
+// (16 bytes of input) each, on a (row groups, heads) grid, so no 64-bit division.
+template <int D>
 struct RowPass {
   static constexpr int kThreads = 256;
-  static constexpr int kLanes = D / 8;  // threads per (row, head), 8 elements each
+  static constexpr int kLanes = D / 8;  // threads per (row, head)
   static constexpr int kRows = kThreads / kLanes;
   static_assert(32 % kLanes == 0, "a row's threads sit in one warp");
+  __device__ __forceinline__ static int64_t row() {
+    return static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kLanes;
+  }
+  __device__ __forceinline__ static int part() { return static_cast<int>(threadIdx.x) % kLanes; }
 };
 
+// Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
+// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass).
 template <class T, int D>
-__global__ void __launch_bounds__(RowPass<T, D>::kThreads)
+__global__ void __launch_bounds__(RowPass<D>::kThreads)
     delta_kernel(const AttentionBackwardParams p, float* delta, float* dq_accum) {
-  using Pass = RowPass<T, D>;
   const int h = static_cast<int>(blockIdx.y);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * Pass::kRows + threadIdx.x / Pass::kLanes;
-  const int part = static_cast<int>(threadIdx.x) % Pass::kLanes;
+  const int64_t row = RowPass<D>::row();
+  const int part = RowPass<D>::part();
   const bool valid = row < p.total_q;
   float acc = 0.f;
   if (valid) {
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(RowPass<T, D>::kThreads)
     }
   }
 #pragma unroll
-  for (int off = Pass::kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  for (int off = RowPass<D>::kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (valid && part == 0) delta[h * p.total_q + row] = acc;
 }
 
@@ -192,14 +196,12 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
 
 // Atomic-dQ mode, last step: dq[i, h, :] = scale * dq_accum[i, h, :] in the output type, for the
 // rows of every sequence (cu_seqlens_q[batch] read on the device; rows past it are not written).
-// D / 8 threads per (row, head), 8 elements each; grid (row groups, heads) as delta_kernel's.
 template <class T, int D>
-__global__ void __launch_bounds__(RowPass<T, D>::kThreads)
+__global__ void __launch_bounds__(RowPass<D>::kThreads)
     dq_convert_kernel(const AttentionBackwardParams p, const float* dq_accum) {
-  using Pass = RowPass<T, D>;
   const int h = static_cast<int>(blockIdx.y);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * Pass::kRows + threadIdx.x / Pass::kLanes;
-  const int part = static_cast<int>(threadIdx.x) % Pass::kLanes;
+  const int64_t row = RowPass<D>::row();
+  const int part = RowPass<D>::part();
   if (row >= p.total_q || row >= p.cu_seqlens_q[p.batch]) return;
   const float4* src = reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
   const float4 x = src[0], y = src[1];
@@ -602,9 +604,9 @@ void launch_backward_pass(Kernel kernel, int threads, int smem, int64_t slots, i
 }
 
 // The grid of delta_kernel and dq_convert_kernel: (row groups, heads).
-template <class T, int D>
+template <int D>
 dim3 row_pass_grid(const AttentionBackwardParams& p) {
-  const int64_t groups = (p.total_q + RowPass<T, D>::kRows - 1) / RowPass<T, D>::kRows;
+  const int64_t groups = (p.total_q + RowPass<D>::kRows - 1) / RowPass<D>::kRows;
   return dim3(static_cast<unsigned>(groups), static_cast<unsigned>(p.heads));
 }
 
@@ -613,7 +615,7 @@ template <class T, int D>
 void launch_delta(const AttentionBackwardParams& p, float* delta, float* dq_accum,
                   cudaStream_t stream) {
   if (p.total_q <= 0 || p.heads <= 0) return;
-  delta_kernel<T, D><<<row_pass_grid<T, D>(p), RowPass<T, D>::kThreads, 0, stream>>>(p, delta,
+  delta_kernel<T, D><<<row_pass_grid<D>(p), RowPass<D>::kThreads, 0, stream>>>(p, delta,
                                                                                   dq_accum);
   check_launch("the backward delta kernel");
 }
@@ -656,7 +658,7 @@ void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cuda
   // Rows past cu_seqlens_q[batch] are skipped inside, so the grid covers all total_q rows.
   if (p.total_q > 0 && p.heads > 0) {
     dq_convert_kernel<T, D>
-        <<<row_pass_grid<T, D>(p), RowPass<T, D>::kThreads, 0, stream>>>(p, dq_accum);
+        <<<row_pass_grid<D>(p), RowPass<D>::kThreads, 0, stream>>>(p, dq_accum);
     check_launch("the backward dQ conversion kernel");
   }
 }
