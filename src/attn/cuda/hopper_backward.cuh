@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sStat = sK + Cfg::kStatOffset;
   auto stage_full = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * s; };
   auto stage_empty = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * (kStages + s); };
-  // Queues the loads of iteration `it` into stage it % kStages, by threads 0 .. THREADS - 1;
-  // UNROLL = 1 for the producer warps' few registers.
+  // Queues the loads of iteration `it` into stage it % kStages, by threads 0 .. threads - 1,
+  // their copy loops unrolled `unroll` times (1 for the producer warps' few registers).
   auto load_queries = [&](auto threads, auto unroll, int it) {
     constexpr int kLoaders = decltype(threads)::value;
     constexpr int kUnroll = decltype(unroll)::value;
@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     load_row_stats_async<kBM, kLoaders>(sStat, s, p, delta, seq, h, m0);
   };
   using AllThreads = std::integral_constant<int, Cfg::kThreads>;
+  using AllUnrolled = std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>;
   using LoadThreads = std::integral_constant<int, Cfg::kLoadThreads>;
 
   // K, V and iteration 0's tiles, by every thread at once: nothing can start before they land.
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
     load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);
     load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n0, seq.k_len);
-    load_queries(AllThreads{}, std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>{}, 0);
+    load_queries(AllThreads{}, AllUnrolled{}, 0);
   }
   cp_async_commit();
   cp_async_wait<0>();
