@@ -87,9 +87,13 @@ if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
   step bench.log tile_shapes 200 build-gpu/tile_shapes 10
 fi
 if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
-  for kernel in hopper_forward_kernel hopper_backward_kernel; do
+  # The backward's two row passes too: at short sequences they are a large part of its time.
+  # delta_kernel runs 6 times in the deterministic mode first (3 warm-up + 3 timed calls).
+  for kernel in hopper_forward_kernel hopper_backward_kernel delta_kernel dq_convert_kernel; do
+    skip=2
+    [ $kernel = delta_kernel ] && skip=8
     step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
-      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --launch-skip $skip --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section SourceCounters -o "/tmp/ncu_$kernel" -f \
       build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" &&

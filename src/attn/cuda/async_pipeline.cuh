@@ -1,9 +1,11 @@
 // Hopper (sm_90a) building blocks for warp-specialized kernels: shared-memory barriers (mbarrier)
-// that hand pipeline stages between a producer and consumers, cp.async completions counted on
-// them, bulk asynchronous reductions from shared to global memory, and the per-warpgroup register
+// that hand pipeline stages between a producer and consumers, cp.async and TMA completions counted
+// on them, bulk asynchronous reductions from shared to global memory, and the per-warpgroup register
 // budget (setmaxnreg). Like wgmma.cuh, only the Hopper kernels use these, under
 // __CUDA_ARCH_FEAT_SM90_ALL.
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -35,6 +37,24 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 // count must include this arrival (noinc: it is not added to the expected count).
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Adds `bytes` to the transfer count that the barrier's current phase waits for (the bytes that
+// tma_load_3d calls completing on it will bring), without arriving.
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// The tensor map's box at coordinates (c0, c1, c2), innermost first, copied by the TMA unit into
+// shared memory at `dst` (1024-byte aligned for 128-byte swizzling); its bytes count against
+// `bar`'s transfer count when they land. `map` lives in kernel parameter space (__grid_constant__).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap& map, int c0, int c1,
+                                            int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
 }
 
 // global[0 .. bytes/4) += shared[0 .. bytes/4) in fp32, performed by the copy engine while the

@@ -3,9 +3,10 @@
 // 128 keys of one kv head; it walks every query tile of 64 (of every q head of its group) that can
 // see its keys. The block is warp-specialized:
 // - all threads load K, V and the first query tile's Q, dO, lse and Delta together; then
-// - a producer warpgroup: two warps load each further query tile into a ring of stages (cp.async,
-//   completion counted on an mbarrier per stage); one warp adds each tile's dQ from shared memory
-//   to the fp32 accumulator with bulk asynchronous reductions;
+// - a producer warpgroup: two warps load each further query tile into a ring of stages, Q and dO
+//   by the TMA unit (a sequence's last, partial tile by cp.async, which zero-fills the rows past
+//   its end), lse and Delta by cp.async, all counted on an mbarrier per stage; one warp adds each
+//   tile's dQ from shared memory to the fp32 accumulator with bulk asynchronous reductions;
 // - two compute warpgroups of 64 keys each. Per tile, each computes S^T = K Q^T and
 //   dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
 //   dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
@@ -23,6 +24,7 @@
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/kernel_common.cuh"
+#include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
 #include "attn/cuda/wgmma.cuh"
 #include "varpack/attention.h"
@@ -30,7 +32,11 @@
 namespace varpack::cuda {
 
 // Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
-// standalone benchmark, 2026-11-30): this shape 214 / 309 / 351; with two load stages and two dS^T
+// standalone benchmark, 2026-11-30): this shape 246 / 379 / 441. With the producer's two warps
+// issuing every Q and dO copy by cp.async, 212 / 310 / 352: ncu (64 x 1k) showed the producer
+// never waiting for a free stage and the compute warps spending 14% of their time waiting for a
+// full one. With FlashAttention 3's order (dK's product left in flight into the next tile),
+// 212 / 303 / 341. With cp.async loads: two load stages and two dS^T
 // buffers 212 / 306 / 348; a persistent variant (one block per multiprocessor taking key blocks
 // from a global counter, loading the next block's K and V while writing dK and dV) 196 / 272 / 302,
 // slower at every length, so not kept. The earlier two-warpgroup block without a producer, where
@@ -78,8 +84,9 @@ enum HopperBackwardBarrier : int {
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    hopper_backward_kernel(const AttentionBackwardParams p, const float* delta, float* dq_accum,
-                           int64_t slots) {
+    hopper_backward_kernel(const AttentionBackwardParams p, const __grid_constant__ CUtensorMap q_map,
+                           const __grid_constant__ CUtensorMap dout_map, const float* delta,
+                           float* dq_accum, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kBN = Cfg::kKeysPerBlock;
@@ -162,11 +169,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (warp < 2) {
       // Fill number (it - 1) / kStages of stage it % kStages; refill a stage once both compute
-      // warpgroups are done with its previous tile.
+      // warpgroups are done with its previous tile. A tile wholly inside the sequence goes through
+      // the TMA unit: issuing its copies thread by thread took these two warps about as long as
+      // the compute warpgroups took for the tile, so the compute waited for data.
       for (int it = 1; it < iters; ++it) {
         const int s = it % kStages;
         if (it >= kStages) mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
-        load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it);
+        const int64_t m0 = tile_start(it);
+        if (m0 + kBM <= seq.q_len) {
+          const int h = hk * group + it / m_tiles;
+          if (threadIdx.x == 0) {
+            // Before this thread's arrival below, so the phase cannot complete without the bytes.
+            mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
+            const int row = static_cast<int>(seq.q_begin + m0);
+#pragma unroll
+            for (int c = 0; c < D / 64; ++c) {
+              const uint32_t block = s * QTile::kBytes + c * QTile::kBlockBytes;
+              tma_load_3d(sQ + block, q_map, c * 64, h, row, stage_full(s));
+              tma_load_3d(sdO + block, dout_map, c * 64, h, row, stage_full(s));
+            }
+          }
+          load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
+        } else {
+          load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it);
+        }
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
@@ -369,11 +395,17 @@ void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, c
   run_atomic_backward<T, D>(p, workspace, stream, [&](const float* delta, float* dq_accum,
                                                       cudaStream_t s) {
     const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
-    if (key_slots > 0 && p.kv_heads > 0)
-      launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true>
-                                           : hopper_backward_kernel<T, Cfg, false>,
-                           Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
-                           "the Hopper backward kernel", s, p, delta, dq_accum);
+    if (key_slots <= 0 || p.kv_heads <= 0) return;
+    constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+    const CUtensorMap q_map = head_tile_map(p.q, kBf16, p.total_q, p.heads, D, p.q_row_stride,
+                                            p.q_head_stride, Cfg::kQueryStep);
+    const CUtensorMap dout_map = head_tile_map(p.dout, kBf16, p.total_q, p.heads, D,
+                                               p.dout_row_stride, p.dout_head_stride,
+                                               Cfg::kQueryStep);
+    launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true>
+                                         : hopper_backward_kernel<T, Cfg, false>,
+                         Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
+                         "the Hopper backward kernel", s, p, q_map, dout_map, delta, dq_accum);
   });
 }
 
