@@ -1,7 +1,9 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. One block =
 // one query tile of one head; each warpgroup owns 64 query rows. K/V tiles of kBlockN keys stream
-// through two shared-memory stages with cp.async, one barrier per tile; S = Q K^T reads both
+// through two shared-memory stages, one barrier per tile: thread 0 has the TMA unit copy a tile
+// wholly inside the sequence; a sequence's partial last tile goes by cp.async from every thread
+// (which zero-fills the keys past its end); either completes on the stage's mbarrier. S = Q K^T reads both
 // operands from shared memory, and O += P V takes P from registers, so P never leaves the
 // multiprocessor's registers. The warpgroups run independently between barriers, so one's softmax
 // overlaps another's matrix products.
@@ -11,9 +13,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/kernel_common.cuh"
+#include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
 #include "attn/cuda/wgmma.cuh"
 #include "varpack/attention.h"
@@ -32,20 +37,25 @@ struct HopperForwardTile {
   static constexpr int kBlockN = BlockN;
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
-  // Q, then K and V in two stages each, from a 1024-byte boundary (the swizzle's period).
-  static constexpr int kSmemBytes = 1024 + QTile::kBytes + 4 * KvTile::kBytes;
+  // Q, then K and V in two stages each, from a 1024-byte boundary (the swizzle's period); then
+  // each stage's mbarrier.
+  static constexpr int kBarrierOffset = QTile::kBytes + 4 * KvTile::kBytes;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * 8;
 };
 
 // d64: 3 warpgroups x 64 rows (registers allow it: S 64 + O 32 fp32 per thread); d128: 2. Measured
-// on the H200 (bf16, d128, causal, 16 heads; experiments/tile_shapes.cu, 2026-11-30): ping-pong
-// 284 / 409 / 445 TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k against 268 / 393 / 434 without; one
-// warpgroup with 64-key tiles (two blocks per multiprocessor) 273 / 356 / 365.
+// on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k, 2026-11-30): with TMA
+// loads 307 / 447 / 494 TFLOP/s (standalone benchmark) against 282 / 404 / 444 with every thread
+// issuing cp.async; before TMA (experiments/tile_shapes.cu), ping-pong 284 / 409 / 445 against
+// 268 / 393 / 434 without, and one warpgroup with 64-key tiles (two blocks per multiprocessor)
+// 273 / 356 / 365.
 template <int D>
 struct HopperForwardConfig : HopperForwardTile<D, D == 64 ? 3 : 2, 128, true> {};
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    hopper_forward_kernel(const AttentionParams p, int64_t slots) {
+    hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
+                          const __grid_constant__ CUtensorMap v_map, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kBM = Cfg::kBlockM;
@@ -73,13 +83,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + QTile::kBytes;
   const uint32_t sV = sK + 2 * KvTile::kBytes;
+  auto stage_full = [&](int t) { return sQ + Cfg::kBarrierOffset + 8 * (t & 1); };
+  // Queues K/V tile t into stage t & 1; every thread arrives on the stage's barrier once its
+  // cp.async copies (if any) have landed, and the TMA copies count in bytes.
+  auto load_kv = [&](int t) {
+    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+    const uint32_t stage = (t & 1) * KvTile::kBytes;
+    if (n0 + kBN <= seq.k_len) {
+      if (threadIdx.x == 0) {
+        mbarrier_expect_tx(stage_full(t), 2 * KvTile::kBytes);
+        const int row = static_cast<int>(seq.k_begin + n0);
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          const uint32_t block = stage + c * KvTile::kBlockBytes;
+          tma_load_3d(sK + block, k_map, c * 64, hk, row, stage_full(t));
+          tma_load_3d(sV + block, v_map, c * 64, hk, row, stage_full(t));
+        }
+      }
+    } else {
+      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK + stage, k, p.k_row_stride, n0, seq.k_len);
+      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV + stage, v, p.v_row_stride, n0, seq.k_len);
+    }
+    cp_async_arrive(stage_full(t));
+  };
 
-  load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
-  if (num_tiles > 0) {
-    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n_first, seq.k_len);
-    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n_first, seq.k_len);
+  if (threadIdx.x == 0) {
+    mbarrier_init(stage_full(0), Cfg::kThreads);
+    mbarrier_init(stage_full(1), Cfg::kThreads);
   }
+  load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
   cp_async_commit();
+  __syncthreads();  // the barriers are initialized
+  if (num_tiles > 0) load_kv(0);  // its arrivals wait for Q's copies too
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wg = warp / 4;
@@ -101,15 +136,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   for (int t = 0; t < num_tiles; ++t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile t is in; every warpgroup is done with the stage tile t + 1 refills
-    if (t + 1 < num_tiles) {
-      const uint32_t nb = ((t + 1) & 1) * KvTile::kBytes;
-      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK + nb, k, p.k_row_stride, n0 + kBN, seq.k_len);
-      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV + nb, v, p.v_row_stride, n0 + kBN, seq.k_len);
-    }
-    cp_async_commit();
+    mbarrier_wait(stage_full(t), (t >> 1) & 1);
+    fence_proxy_async();  // cp.async writes (Q, a partial tile) before wgmma reads them
+    __syncthreads();  // every warpgroup is done with the stage tile t + 1 refills
+    if (t + 1 < num_tiles) load_kv(t + 1);
     const uint32_t stage = (t & 1) * KvTile::kBytes;
 
     if constexpr (Cfg::kPingPong) {
@@ -224,8 +254,13 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream) {
   if (attr != cudaSuccess)
     throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
                 cudaGetErrorString(attr));
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, Cfg::kD,
+                                          p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
+  const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kD,
+                                          p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, slots);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots);
   check_launch("the Hopper forward kernel");
 }
 
