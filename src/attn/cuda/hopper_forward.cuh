@@ -1,7 +1,7 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. One block =
 // one query tile of one head; each warpgroup owns 64 query rows. K/V tiles of kBlockN keys stream
-// through two shared-memory stages, one barrier per tile: thread 0 has the TMA unit copy a tile
+// through a ring of shared-memory stages, one block-wide barrier per tile: thread 0 has the TMA unit copy a tile
 // wholly inside the sequence; a sequence's partial last tile goes by cp.async from every thread
 // (which zero-fills the keys past its end); either completes on the stage's mbarrier. S = Q K^T reads both
 // operands from shared memory, and O += P V takes P from registers, so P never leaves the
@@ -27,7 +27,7 @@ namespace varpack::cuda {
 
 // kPingPong: warpgroup w > 0 starts its S = Q K^T only when warpgroup w - 1's is done, so the
 // warpgroups' softmax phases interleave with each other's matrix products.
-template <int D, int Warpgroups, int BlockN, bool PingPong = false>
+template <int D, int Warpgroups, int BlockN, bool PingPong = false, int Stages = 2>
 struct HopperForwardTile {
   static constexpr int kD = D;
   static constexpr int kWarpgroups = Warpgroups;
@@ -35,12 +35,13 @@ struct HopperForwardTile {
   static constexpr int kThreads = Warpgroups * 128;
   static constexpr int kBlockM = Warpgroups * 64;
   static constexpr int kBlockN = BlockN;
+  static constexpr int kStages = Stages;
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
-  // Q, then K and V in two stages each, from a 1024-byte boundary (the swizzle's period); then
-  // each stage's mbarrier.
-  static constexpr int kBarrierOffset = QTile::kBytes + 4 * KvTile::kBytes;
-  static constexpr int kSmemBytes = 1024 + kBarrierOffset + 2 * 8;
+  // Q, then K and V per stage, from a 1024-byte boundary (the swizzle's period); then each
+  // stage's mbarrier.
+  static constexpr int kBarrierOffset = QTile::kBytes + 2 * Stages * KvTile::kBytes;
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + Stages * 8;
 };
 
 // d64: 3 warpgroups x 64 rows (registers allow it: S 64 + O 32 fp32 per thread); d128: 2. Measured
@@ -82,13 +83,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + QTile::kBytes;
-  const uint32_t sV = sK + 2 * KvTile::kBytes;
-  auto stage_full = [&](int t) { return sQ + Cfg::kBarrierOffset + 8 * (t & 1); };
-  // Queues K/V tile t into stage t & 1; every thread arrives on the stage's barrier once its
+  constexpr int kStages = Cfg::kStages;
+  const uint32_t sV = sK + kStages * KvTile::kBytes;
+  auto stage_full = [&](int t) { return sQ + Cfg::kBarrierOffset + 8 * (t % kStages); };
+  // Queues K/V tile t into stage t % kStages; every thread arrives on the stage's barrier once its
   // cp.async copies (if any) have landed, and the TMA copies count in bytes.
   auto load_kv = [&](int t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
-    const uint32_t stage = (t & 1) * KvTile::kBytes;
+    const uint32_t stage = (t % kStages) * KvTile::kBytes;
     if (n0 + kBN <= seq.k_len) {
       if (threadIdx.x == 0) {
         mbarrier_expect_tx(stage_full(t), 2 * KvTile::kBytes);
@@ -108,13 +110,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   if (threadIdx.x == 0) {
-    mbarrier_init(stage_full(0), Cfg::kThreads);
-    mbarrier_init(stage_full(1), Cfg::kThreads);
+    for (int t = 0; t < kStages; ++t) mbarrier_init(stage_full(t), Cfg::kThreads);
   }
   load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
   cp_async_commit();
   __syncthreads();  // the barriers are initialized
-  if (num_tiles > 0) load_kv(0);  // its arrivals wait for Q's copies too
+  // Tiles 0 .. kStages - 2 ahead; tile 0's arrivals wait for Q's copies too.
+  for (int t = 0; t < kStages - 1 && t < num_tiles; ++t) load_kv(t);
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wg = warp / 4;
@@ -136,11 +138,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   for (int t = 0; t < num_tiles; ++t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
-    mbarrier_wait(stage_full(t), (t >> 1) & 1);
+    mbarrier_wait(stage_full(t), (t / kStages) & 1);
     fence_proxy_async();  // cp.async writes (Q, a partial tile) before wgmma reads them
-    __syncthreads();  // every warpgroup is done with the stage tile t + 1 refills
-    if (t + 1 < num_tiles) load_kv(t + 1);
-    const uint32_t stage = (t & 1) * KvTile::kBytes;
+    // Every warpgroup is done with tile t - 1, whose stage tile t + kStages - 1 refills.
+    __syncthreads();
+    if (t + kStages - 1 < num_tiles) load_kv(t + kStages - 1);
+    const uint32_t stage = (t % kStages) * KvTile::kBytes;
 
     if constexpr (Cfg::kPingPong) {
       if (wg > 0) named_barrier_sync(wg, 256);
