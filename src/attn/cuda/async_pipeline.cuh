@@ -67,10 +67,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shar
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Waits until this thread's committed bulk operations have read their shared-memory sources (the
-// buffer may be refilled, or the block exit: the global side completes on its own).
+// Waits until at most N of this thread's committed bulk groups have not yet read their
+// shared-memory sources (the others' buffers may be refilled, or the block exit: the global side
+// completes on its own).
+template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
 // Moves registers between warpgroups: a producer gives its share back, consumers take it. All

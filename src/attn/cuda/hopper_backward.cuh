@@ -56,7 +56,8 @@ struct HopperBackwardConfig {
   static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   static constexpr int kKeysPerBlock = 128;
   static constexpr int kQueryStep = 64;
-  static constexpr int kStages = 3;
+  static constexpr int kStages = 2;
+  static constexpr int kDqBuffers = 2;  // the reducing warp reads one while the other fills
   static constexpr int kDqCols = D / 2;  // each compute warpgroup's share of dQ's columns
   // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
   // hit 32 different banks; the 16-byte multiple the bulk reductions need.
@@ -69,7 +70,8 @@ struct HopperBackwardConfig {
   static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
   static constexpr int kDqOffset = kDsOffset + DsTile::kBytes;
-  static constexpr int kStatOffset = kDqOffset + kQueryStep * kDqRowBytes;
+  static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
+  static constexpr int kStatOffset = kDqOffset + kDqBuffers * kDqBytes;
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
   static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
@@ -78,8 +80,8 @@ struct HopperBackwardConfig {
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
-  kDqFull = 2,   // the compute warpgroups have stored a tile's dQ (for the reducing warp)
-  kDqEmpty = 3,  // the reducing warp has read the previous tile's dQ out of shared memory
+  kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
+  kDqEmpty = 4,  // + buffer: the reducing warp has read that buffer's previous dQ
 };
 
 template <class T, class Cfg, bool kSoftcap>
@@ -198,21 +200,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       cp_async_wait<0>();
     } else if (warp == 2 && iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
+      // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
+      // compute warpgroups' next use of it waits for) once its reductions have read it.
+      static_assert(Cfg::kDqBuffers == 2, "the release below is written for two buffers");
       const int lane = static_cast<int>(threadIdx.x) % 32;
-      named_barrier_arrive(kDqEmpty, kDqHandoff);
+      for (int b = 0; b < Cfg::kDqBuffers && b < iters; ++b)
+        named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       for (int it = 0; it < iters; ++it) {
+        const int b = it % Cfg::kDqBuffers;
         const int h = hk * group + it / m_tiles;
         const int64_t m0 = tile_start(it);
         const int64_t left = seq.q_len - m0;
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
-        named_barrier_sync(kDqFull, kDqHandoff);
+        named_barrier_sync(kDqFull + b, kDqHandoff);
         for (int r = lane; r < rows; r += 32)
           bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
-                              sDq + r * Cfg::kDqRowBytes, D * 4);
+                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
         bulk_commit();
-        bulk_wait_read();
-        if (it + 1 < iters) named_barrier_arrive(kDqEmpty, kDqHandoff);
+        bulk_wait_read<1>();  // tile it - 1's reductions have read the other buffer
+        if (it >= 1 && it + 1 < iters) named_barrier_arrive(kDqEmpty + (b ^ 1), kDqHandoff);
       }
+      bulk_wait_read<0>();
     }
     return;
   }
@@ -356,17 +364,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // Hand dQ to the reducing warp. Accumulator rows are queries (warp % 4) * 16 + g + 8r of the
     // tile, columns wg * kDqCols + 8n + 2qd + {0, 1}.
-    named_barrier_sync(kDqEmpty, kDqHandoff);
+    const int b = it % Cfg::kDqBuffers;
+    named_barrier_sync(kDqEmpty + b, kDqHandoff);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint32_t row = sDq + ((warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+      const uint32_t row = sDq + b * Cfg::kDqBytes + ((warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
                            (wg * kDqCols + 2 * qd) * 4;
 #pragma unroll
       for (int n = 0; n < kDqCols / 8; ++n)
         st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
     }
     fence_proxy_async();  // before the bulk reductions read them
-    named_barrier_arrive(kDqFull, kDqHandoff);
+    named_barrier_arrive(kDqFull + b, kDqHandoff);
   }
   pin_registers(dv);
   pin_registers(dk);
