@@ -11,8 +11,9 @@
 //   dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
 //   dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
 //   memory, where after a barrier of the two each computes half of the head columns
-//   of dQ = dS K over all the block's keys, and hands them to the reducing warp through shared
-//   memory. The compute warpgroups neither issue loads nor wait for dQ's global reductions.
+//   of dQ = dS K over all the block's keys, and hands them to the reducing warp through one of
+//   two shared-memory buffers. The compute warpgroups neither issue loads nor wait for dQ's
+//   global reductions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,7 +33,9 @@
 namespace varpack::cuda {
 
 // Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
-// standalone benchmark, 2026-11-30): this shape 246 / 379 / 441. With the producer's two warps
+// standalone benchmark, 2026-11-30): this shape 251 / 387 / 449; with three load stages and one
+// dQ buffer (the compute warpgroups then waited for the reducing warp to read the previous tile's
+// dQ before storing the next) 246 / 379 / 438. With the producer's two warps
 // issuing every Q and dO copy by cp.async, 212 / 310 / 352: ncu (64 x 1k) showed the producer
 // never waiting for a free stage and the compute warps spending 14% of their time waiting for a
 // full one. With FlashAttention 3's order (dK's product left in flight into the next tile),

@@ -46,10 +46,10 @@ struct HopperForwardTile {
 
 // d64: 3 warpgroups x 64 rows (registers allow it: S 64 + O 32 fp32 per thread); d128: 2. Measured
 // on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k, 2026-11-30): with TMA
-// loads 307 / 447 / 494 TFLOP/s (standalone benchmark) against 282 / 404 / 444 with every thread
-// issuing cp.async; before TMA (experiments/tile_shapes.cu), ping-pong 284 / 409 / 445 against
-// 268 / 393 / 434 without, and one warpgroup with 64-key tiles (two blocks per multiprocessor)
-// 273 / 356 / 365.
+// loads 307 / 447 / 494 TFLOP/s (standalone benchmark); with three stages 308 / 445 / 462; with
+// every thread issuing cp.async 282 / 404 / 444. Before TMA (experiments/tile_shapes.cu),
+// ping-pong 284 / 409 / 445 against 268 / 393 / 434 without, and one warpgroup with 64-key tiles
+// (two blocks per multiprocessor) 273 / 356 / 365.
 template <int D>
 struct HopperForwardConfig : HopperForwardTile<D, D == 64 ? 3 : 2, 128, true> {};
 
