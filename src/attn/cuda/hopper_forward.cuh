@@ -47,7 +47,10 @@ struct HopperForwardTile {
 // d64: 3 warpgroups x 64 rows (registers allow it: S 64 + O 32 fp32 per thread); d128: 2. Measured
 // on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k, 2026-11-30): with TMA
 // loads 307 / 447 / 494 TFLOP/s (standalone benchmark); with three stages 308 / 445 / 462; with
-// every thread issuing cp.async 282 / 404 / 444. Before TMA (experiments/tile_shapes.cu),
+// every thread issuing cp.async 282 / 404 / 444; without the block-wide barrier per tile (a full
+// and an empty mbarrier per stage, the copies issued by the trailing warpgroup; branch
+// wip/fwd-no-barrier) 317 / 459 / 494 against 309 / 462 / 471 in the same call, inside the
+// call-to-call spread and with spills at d64, so not kept. Before TMA (experiments/tile_shapes.cu),
 // ping-pong 284 / 409 / 445 against 268 / 393 / 434 without, and one warpgroup with 64-key tiles
 // (two blocks per multiprocessor) 273 / 356 / 365.
 template <int D>
