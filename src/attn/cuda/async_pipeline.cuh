@@ -57,6 +57,17 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap& map
       : "memory");
 }
 
+// Rows [row, row + Tile's rows) of head `head` of the tensor behind `map` (a head_tile_map with
+// Tile's rows per box) into the GmmaTile at `tile`, one TMA copy per 64-column block, completing
+// on `bar`. The caller adds Tile::kBytes to the barrier's transfer count.
+template <class Tile, int D>
+__device__ __forceinline__ void tma_load_gmma_tile(uint32_t tile, const CUtensorMap& map, int head,
+                                                   int row, uint32_t bar) {
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c)
+    tma_load_3d(tile + c * Tile::kBlockBytes, map, c * 64, head, row, bar);
+}
+
 // global[0 .. bytes/4) += shared[0 .. bytes/4) in fp32, performed by the copy engine while the
 // thread goes on. Both addresses 16-byte aligned, bytes a multiple of 16. The shared source must
 // have been made visible to the async proxy (fence_proxy_async by its writers, then a barrier).

@@ -187,12 +187,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // Before this thread's arrival below, so the phase cannot complete without the bytes.
             mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
             const int row = static_cast<int>(seq.q_begin + m0);
-#pragma unroll
-            for (int c = 0; c < D / 64; ++c) {
-              const uint32_t block = s * QTile::kBytes + c * QTile::kBlockBytes;
-              tma_load_3d(sQ + block, q_map, c * 64, h, row, stage_full(s));
-              tma_load_3d(sdO + block, dout_map, c * 64, h, row, stage_full(s));
-            }
+            const uint32_t stage = s * QTile::kBytes;
+            tma_load_gmma_tile<QTile, D>(sQ + stage, q_map, h, row, stage_full(s));
+            tma_load_gmma_tile<QTile, D>(sdO + stage, dout_map, h, row, stage_full(s));
           }
           load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
         } else {
@@ -205,12 +202,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
       // compute warpgroups' next use of it waits for) once its reductions have read it.
-      static_assert(Cfg::kDqBuffers == 2, "the release below is written for two buffers");
+      constexpr int kBuffers = Cfg::kDqBuffers;
       const int lane = static_cast<int>(threadIdx.x) % 32;
-      for (int b = 0; b < Cfg::kDqBuffers && b < iters; ++b)
-        named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+      for (int b = 0; b < kBuffers && b < iters; ++b) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       for (int it = 0; it < iters; ++it) {
-        const int b = it % Cfg::kDqBuffers;
+        const int b = it % kBuffers;
         const int h = hk * group + it / m_tiles;
         const int64_t m0 = tile_start(it);
         const int64_t left = seq.q_len - m0;
@@ -220,8 +216,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
                               sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
         bulk_commit();
-        bulk_wait_read<1>();  // tile it - 1's reductions have read the other buffer
-        if (it >= 1 && it + 1 < iters) named_barrier_arrive(kDqEmpty + (b ^ 1), kDqHandoff);
+        // The oldest buffer still being read, tile it - kBuffers + 1's, is free for tile it + 1.
+        bulk_wait_read<kBuffers - 1>();
+        if (it + 1 >= kBuffers && it + 1 < iters)
+          named_barrier_arrive(kDqEmpty + (it + 1) % kBuffers, kDqHandoff);
       }
       bulk_wait_read<0>();
     }

@@ -1,12 +1,12 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. One block =
 // one query tile of one head; each warpgroup owns 64 query rows. K/V tiles of kBlockN keys stream
-// through a ring of shared-memory stages, one block-wide barrier per tile: thread 0 has the TMA unit copy a tile
-// wholly inside the sequence; a sequence's partial last tile goes by cp.async from every thread
-// (which zero-fills the keys past its end); either completes on the stage's mbarrier. S = Q K^T reads both
-// operands from shared memory, and O += P V takes P from registers, so P never leaves the
-// multiprocessor's registers. The warpgroups run independently between barriers, so one's softmax
-// overlaps another's matrix products.
+// through a ring of shared-memory stages, one block-wide barrier per tile: thread 0 has the TMA
+// unit copy a tile wholly inside the sequence; a sequence's partial last tile goes by cp.async from
+// every thread (which zero-fills the keys past its end); either completes on the stage's mbarrier.
+// S = Q K^T reads both operands from shared memory, and O += P V takes P from registers, so P never
+// leaves the multiprocessor's registers. The warpgroups run independently between barriers, so
+// one's softmax overlaps another's matrix products.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -98,12 +98,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (threadIdx.x == 0) {
         mbarrier_expect_tx(stage_full(t), 2 * KvTile::kBytes);
         const int row = static_cast<int>(seq.k_begin + n0);
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          const uint32_t block = stage + c * KvTile::kBlockBytes;
-          tma_load_3d(sK + block, k_map, c * 64, hk, row, stage_full(t));
-          tma_load_3d(sV + block, v_map, c * 64, hk, row, stage_full(t));
-        }
+        tma_load_gmma_tile<KvTile, D>(sK + stage, k_map, hk, row, stage_full(t));
+        tma_load_gmma_tile<KvTile, D>(sV + stage, v_map, hk, row, stage_full(t));
       }
     } else {
       load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK + stage, k, p.k_row_stride, n0, seq.k_len);
