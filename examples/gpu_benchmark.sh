@@ -8,20 +8,14 @@
 #   bash examples/gpu_benchmark.sh OUT_DIR [extra train_packed.py options]
 # SAVING_CURVE=0 skips the saving curve; VARPACK_CUDA=0 builds without the CUDA kernels; BUILD=0
 # uses the extension already built in place (after scripts/gpu_run.sh in the same call).
-# (with the `run` tool: carry .gpu-deps, and give $OUT as OUT_DIR)
+# (with the `run` tool: give $OUT as OUT_DIR; nothing needs carrying: the extension needs only torch,
+# a C++ compiler and nvcc)
 set -uo pipefail
 out=${1:?give an output folder}
 shift
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python MAX_JOBS=${MAX_JOBS:-$(nproc)}
-# libsimdjson, where the machine lacks it: carry .gpu-deps (its header and library), as
-# scripts/gpu_run.sh does.
-if ! ldconfig -p | grep -q libsimdjson && [ -d .gpu-deps ]; then
-  export CPATH=$PWD/.gpu-deps/include${CPATH:+:$CPATH}
-  export LIBRARY_PATH=$PWD/.gpu-deps/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export LD_LIBRARY_PATH=$PWD/.gpu-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

@@ -4,10 +4,8 @@
 # the standalone test, compute-sanitizer memcheck and racecheck on a small case, the pytest GPU
 # tests, both benchmarks, and optionally the tile-shape experiments and an ncu profile. Logs go to
 # $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
-# The GPU machine has no libsimdjson (seen 2026-11-30), which the torch extension links: prepare a
-# copy here once (the folder is ignored through .git/info/exclude) and name it in the call's carry:
-#   mkdir -p .gpu-deps/include .gpu-deps/lib && echo /.gpu-deps/ >> .git/info/exclude
-#   cp /usr/include/simdjson.h .gpu-deps/include/ && cp -P /usr/lib/x86_64-linux-gnu/libsimdjson.so* .gpu-deps/lib/
+# Needs only what the GPU image has (torch with CUDA, nvcc, cmake): neither build uses simdjson, so
+# nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, then
@@ -47,14 +45,8 @@ step() {  # step LOG NAME TIMEOUT_S COMMAND...: runs with a time limit, appends 
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, \
 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
   nvcc --version | tail -1
-  ldconfig -p | grep -q libsimdjson && echo "libsimdjson: installed" || echo "libsimdjson: missing"
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
-if ! ldconfig -p | grep -q libsimdjson && [ -d .gpu-deps ]; then
-  export CPATH=$PWD/.gpu-deps/include${CPATH:+:$CPATH}
-  export LIBRARY_PATH=$PWD/.gpu-deps/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export LD_LIBRARY_PATH=$PWD/.gpu-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
 
 # Standalone library, test, benchmark (and experiments) next to the torch extension.
 experiments=OFF

@@ -64,9 +64,11 @@ void scan_jsonl(const std::string& path, const SampleFn& on_sample, const Progre
 // scan_jsonl into a TokenStore.
 TokenStore read_jsonl(const std::string& path, const ProgressFn& progress = {});
 
-// An output file written through a temporary file in the same directory ("<path>.tmp.<pid>.<n>")
-// and renamed onto `path` by commit(). Destroyed without commit() (an error on the way), it
-// removes the temporary file, so `path` is never left partial: it is either untouched or whole.
+// An output file written through a temporary file in the same directory and renamed onto `path`
+// by commit(). The temporary file has no name until commit() (O_TMPFILE; where the file system
+// lacks it, "<path>.tmp.<pid>.<n>"). Destroyed without commit() (an error on the way) or killed,
+// nothing is left, so `path` is never partial: it is either untouched or whole. Writes that fail
+// (disk full, file size limit) throw varpack::Error naming the path and the cause.
 class AtomicFile {
  public:
   // Throws varpack::Error naming the path if its directory does not exist or is not writable.
@@ -77,15 +79,17 @@ class AtomicFile {
 
   void write(const void* data, size_t size);                         // appends
   void write_at(uint64_t offset, const void* data, size_t size);     // positioned, for binary
-  void commit();  // flushes, renames onto the path; throws varpack::Error on failure
+  void commit();  // fsyncs, renames onto the path; throws varpack::Error on failure
   const std::string& path() const { return path_; }
-  // The temporary file being written: complete once writing is done, readable before commit().
+  // The temporary file being written, as a path this process can open ("/proc/self/fd/N" while
+  // it has no name): complete once writing is done, readable before commit().
   const std::string& temp_path() const { return temp_path_; }
 
  private:
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;
+  bool named_ = false;  // the temporary file has a name in the directory (to remove on failure)
   bool committed_ = false;
 };
 
@@ -124,10 +128,11 @@ void write_packed(const std::string& path, OutputFormat format, const PackPlan& 
 // and the source's label (or token) elsewhere; cu_seqlens steps by the piece lengths; no row is
 // wider than planned; and every source token lies in exactly one piece unless the plan counts it
 // as truncated. Throws varpack::Error naming the file, row and piece at fault. `data_path` is
-// what is read (e.g. an AtomicFile's temp_path() before commit); `name` is used in messages.
+// what is read (e.g. an AtomicFile's temp_path() before commit); `name` is used in messages;
+// `progress` hears of the rows checked.
 void check_packed_file(const std::string& data_path, const std::string& name, OutputFormat format,
                        const PackPlan& plan, const TokenSource& source,
-                       const BatchOptions& options = {});
+                       const BatchOptions& options = {}, const ProgressFn& progress = {});
 
 // A packed binary file (docs/FORMAT.md), memory-mapped and checked on open: magic, version,
 // sizes, section bounds, and the consistency of the row and piece tables. Spans stay valid while

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "varpack/batch.h"
+#include "varpack/io.h"  // ProgressFn
 
 namespace varpack {
 
@@ -52,8 +53,8 @@ class TokenFile final : public TokenSource {
     std::vector<int64_t> lengths;  // per sample: elements; begin + length <= size (checked)
   };
   // Checks every token is an id in [0, 2^31) (throws varpack::Error naming the sample, the token
-  // and its value) and converts non-int32 tokens.
-  explicit TokenFile(Raw raw);
+  // and its value) and converts non-int32 tokens; `progress` hears of the tokens done.
+  explicit TokenFile(Raw raw, const ProgressFn& progress = {});
 
  private:
   std::string name_;
@@ -85,7 +86,8 @@ TokenFile read_megatron(const std::string& prefix);
 // The token-file inputs the command and Python take by name: "megatron:PREFIX" or "PREFIX.bin"
 // (Megatron), "DATA.npy" (offsets from default_offsets_path). Anything else is not a token file.
 bool is_token_file(std::string_view input);
-TokenFile open_token_file(const std::string& input);  // throws varpack::Error if !is_token_file
+// Throws varpack::Error if !is_token_file; `progress` hears of the tokens checked (of all).
+TokenFile open_token_file(const std::string& input, const ProgressFn& progress = {});
 
 // The sample lengths of a token-file input, from its offsets or index alone: the layout is checked
 // as open_token_file checks it, but no token is read (so none is range-checked), and nothing is

@@ -34,7 +34,8 @@ void check_length(const std::string& input, int64_t record, int64_t line, size_t
 
 // A token file, its samples checked against `max_length` like a JSONL file's.
 TokenFile open_checked_token_file(const std::string& input, int64_t max_length) {
-  TokenFile file = open_token_file(input);
+  ProgressBar bar("reading " + input, "tokens");
+  TokenFile file = open_token_file(input, bar.fn());
   const auto lengths = file.lengths();
   for (size_t i = 0; i < lengths.size(); ++i) {
     check_length(input, static_cast<int64_t>(i), 0, static_cast<size_t>(lengths[i]), max_length);

@@ -76,7 +76,10 @@ int run_pack(const PackArgs& args) {
   }
   const double write_seconds = seconds_since(write_start);
   const auto check_start = Clock::now();
-  if (args.check) check_packed_file(out.temp_path(), args.out, format, plan, samples);
+  if (args.check) {
+    ProgressBar bar("checking " + args.out, "rows");
+    check_packed_file(out.temp_path(), args.out, format, plan, samples, {}, bar.fn());
+  }
   const double check_seconds = seconds_since(check_start);
   const double seconds = seconds_since(start);
 

@@ -1,6 +1,9 @@
-// AtomicFile: every output goes to "<path>.tmp.<pid>.<n>" in the target's directory and is renamed
-// onto the path only once complete, so an error never leaves a partial file behind. rename(2)
-// within one directory (one file system) replaces the target in a single step.
+// AtomicFile: every output is written to a file without a name (O_TMPFILE) in the target's
+// directory, given a name only once complete and renamed onto the path, so neither an error nor a
+// kill -9 (which runs no destructor) leaves a partial file behind: the kernel frees a nameless
+// file when its last descriptor closes. Where the file system has no O_TMPFILE, a named
+// "<path>.tmp.<pid>.<n>" is used instead (an error still removes it; a kill -9 cannot).
+// rename(2) within one directory (one file system) replaces the target in a single step.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +26,24 @@ std::string directory_of(const std::string& path) {
   return dir.empty() ? "." : dir;
 }
 
+// A name in the target's directory no other AtomicFile uses: the pid makes it unique across
+// processes, a process-wide counter within this one (O_EXCL / linkat's EEXIST guard the rest).
+std::string temp_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+}
+
+// What a failed write means, and what to do about it when it is the disk (or a file size limit).
+std::string write_error(const std::string& path) {
+  const int e = errno;
+  std::string message = "error writing " + path + ": " + std::strerror(e);
+  if (e == ENOSPC || e == EDQUOT || e == EFBIG) {
+    message += " (nothing was written to " + path +
+               "; free space on its file system, raise the file size limit, or write elsewhere)";
+  }
+  return message;
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
@@ -36,11 +57,16 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     throw Error("cannot write " + path_ + ": it is a directory; give a file name");
   }
-  // A process-wide counter makes the name unique within this process; O_EXCL guards the rest.
-  static std::atomic<uint64_t> counter{0};
+  // O_RDWR: O_TMPFILE needs write access, and check_packed_file reads the file before commit.
+  fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+  if (fd_ >= 0) {
+    temp_path_ = "/proc/self/fd/" + std::to_string(fd_);
+    return;
+  }
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    temp_path_ = path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    named_ = true;
+    temp_path_ = temp_name(path_);
+    fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) break;
   }
   if (fd_ < 0) {
@@ -52,7 +78,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
 AtomicFile::~AtomicFile() {
   if (committed_) return;
   if (fd_ >= 0) ::close(fd_);
-  ::unlink(temp_path_.c_str());
+  if (named_) ::unlink(temp_path_.c_str());
 }
 
 void AtomicFile::write(const void* data, size_t size) {
@@ -61,7 +87,7 @@ void AtomicFile::write(const void* data, size_t size) {
     const ssize_t n = ::write(fd_, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error("error writing " + path_ + ": " + errno_text());
+      throw Error(write_error(path_));
     }
     p += n;
     size -= static_cast<size_t>(n);
@@ -74,7 +100,7 @@ void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
     const ssize_t n = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error("error writing " + path_ + ": " + errno_text());
+      throw Error(write_error(path_));
     }
     p += n;
     offset += static_cast<uint64_t>(n);
@@ -83,9 +109,28 @@ void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
 }
 
 void AtomicFile::commit() {
+  // On disk before it gets the name: after a power loss the path holds the old file or the whole
+  // new one, never a named but empty one.
+  if (::fsync(fd_) != 0) throw Error(write_error(path_));
+  if (!named_) {
+    // The nameless file gets a temporary name (linkat cannot replace a file), then the rename
+    // below moves it onto the path; only a kill between the two leaves that name behind.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string name = temp_name(path_);
+      if (::linkat(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+        temp_path_ = name;
+        named_ = true;
+        break;
+      }
+      if (errno != EEXIST) {
+        throw Error("cannot write " + path_ + ": cannot name the finished file: " + errno_text());
+      }
+    }
+    if (!named_) throw Error("cannot write " + path_ + ": no free temporary name beside it");
+  }
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) throw Error("error writing " + path_ + ": " + errno_text());
+  if (::close(fd) != 0) throw Error(write_error(path_));
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     throw Error("cannot write " + path_ + ": rename from " + temp_path_ + " failed: " +
                 errno_text());

@@ -1,6 +1,7 @@
 // PackedFile: maps a packed binary file (docs/FORMAT.md) read-only and checks it before handing
 // out spans: header fields, section bounds and alignment, and that the row and piece tables agree
 // with each other (O(rows + pieces); the token arrays themselves are not scanned).
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -37,6 +38,11 @@ PackedFile::PackedFile(const std::string& path)
   if (version != bf::kVersion) {
     throw fail("format version " + std::to_string(version) + "; this varpack reads version " +
                std::to_string(bf::kVersion));
+  }
+  const auto header_bytes = bf::get<uint32_t>(b, bf::kHeaderBytesAt);
+  if (header_bytes != bf::kHeaderBytes) {
+    throw fail("corrupt header: it says it is " + std::to_string(header_bytes) + " bytes long; version " +
+               std::to_string(bf::kVersion) + " headers are " + std::to_string(bf::kHeaderBytes));
   }
   bf::Header h;
   h.capacity = bf::get<int64_t>(b, bf::kCapacityAt);
@@ -78,12 +84,18 @@ PackedFile::PackedFile(const std::string& path)
   // Tables: cu_seqlens runs 0..T by the piece lengths; rows cover the pieces in order and
   // start where their first piece starts; every piece names a sample of the input.
   if (cu_seqlens_[0] != 0) throw fail("corrupt: cu_seqlens[0] is not 0");
+  int64_t longest = 0;
   for (int64_t p = 0; p < h.num_pieces; ++p) {
     const int64_t sample = pieces_[3 * p], length = pieces_[3 * p + 2];
     if (sample < 0 || sample >= h.num_samples || pieces_[3 * p + 1] < 0 || length < 0 ||
         length > h.max_seqlen || cu_seqlens_[p + 1] != cu_seqlens_[p] + length) {
       throw fail("corrupt: piece " + std::to_string(p) + " disagrees with cu_seqlens");
     }
+    longest = std::max(longest, length);
+  }
+  if (longest != h.max_seqlen) {
+    throw fail("corrupt header: max_seqlen is " + std::to_string(h.max_seqlen) + ", the longest piece has " +
+               std::to_string(longest) + " tokens");
   }
   if (cu_seqlens_[h.num_pieces] != h.num_tokens) throw fail("corrupt: cu_seqlens does not end at the token count");
   if (row_pieces_[0] != 0 || row_offsets_[0] != 0 || row_pieces_[h.num_rows] != h.num_pieces) {

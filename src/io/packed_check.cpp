@@ -22,10 +22,11 @@ struct RowView {
 class Checker {
  public:
   Checker(const std::string& name, const PackPlan& plan, const TokenSource& source,
-          const BatchOptions& options)
-      : name_(name), plan_(plan), source_(source), options_(options) {}
+          const BatchOptions& options, const ProgressFn& progress)
+      : name_(name), plan_(plan), source_(source), options_(options), progress_(progress) {}
 
   void row(int64_t r, const RowView& row) {
+    if (progress_) progress_(static_cast<uint64_t>(r), static_cast<uint64_t>(plan_.rows()));
     auto fail = [&](const std::string& what) {
       throw Error(name_ + ": row " + std::to_string(r) + ": " + what +
                   "; the file does not match its plan (a bug: please report it)");
@@ -109,6 +110,7 @@ class Checker {
   const PackPlan& plan_;
   const TokenSource& source_;
   const BatchOptions& options_;
+  const ProgressFn& progress_;
   std::vector<Piece> seen_;
   int64_t rows_ = 0;
 };
@@ -171,8 +173,8 @@ void check_jsonl(const std::string& data_path, const std::string& name, Checker&
 
 void check_packed_file(const std::string& data_path, const std::string& name, OutputFormat format,
                        const PackPlan& plan, const TokenSource& source,
-                       const BatchOptions& options) {
-  Checker checker(name, plan, source, options);
+                       const BatchOptions& options, const ProgressFn& progress) {
+  Checker checker(name, plan, source, options, progress);
   if (format == OutputFormat::binary) {
     check_binary(data_path, checker);
   } else {

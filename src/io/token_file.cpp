@@ -25,9 +25,13 @@ template <typename T>
 
 // Checks each sample's tokens and, unless they are int32 already, writes them into `out` (`total`
 // int32 values), sample after sample, and rewrites `begin` to the samples' positions there.
+// `progress` hears of the tokens done now and then (reading a file of many GB takes seconds).
 template <typename T>
 void check_and_convert(const std::string& name, const void* raw, std::span<const int64_t> lengths,
-                       std::vector<int64_t>& begin, std::vector<int32_t>& out, int64_t total) {
+                       std::vector<int64_t>& begin, std::vector<int32_t>& out, int64_t total,
+                       const ProgressFn& progress) {
+  constexpr int64_t kProgressEvery = int64_t{1} << 22;  // tokens
+  int64_t done = 0, reported = 0;
   const T* data = static_cast<const T*>(raw);
   constexpr bool kIsInt32 = std::is_same_v<T, int32_t>;
   constexpr bool kCanBeNegative = std::is_signed_v<T>;
@@ -52,12 +56,17 @@ void check_and_convert(const std::string& name, const void* raw, std::span<const
       begin[s] = next;
       next += length;
     }
+    done += length;
+    if (progress && done - reported >= kProgressEvery) {
+      progress(static_cast<uint64_t>(done), static_cast<uint64_t>(total));
+      reported = done;
+    }
   }
 }
 
 }  // namespace
 
-TokenFile::TokenFile(Raw raw)
+TokenFile::TokenFile(Raw raw, const ProgressFn& progress)
     : name_(std::move(raw.name)), maps_(std::move(raw.maps)), begin_(std::move(raw.begin)),
       lengths_(std::move(raw.lengths)) {
   for (size_t s = 0; s < lengths_.size(); ++s) {
@@ -69,13 +78,13 @@ TokenFile::TokenFile(Raw raw)
     num_tokens_ += n;
   }
   switch (raw.dtype) {
-    case Dtype::u8: check_and_convert<uint8_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
-    case Dtype::i8: check_and_convert<int8_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
-    case Dtype::i16: check_and_convert<int16_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
-    case Dtype::u16: check_and_convert<uint16_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
-    case Dtype::i32: check_and_convert<int32_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
-    case Dtype::u32: check_and_convert<uint32_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
-    case Dtype::i64: check_and_convert<int64_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_); break;
+    case Dtype::u8: check_and_convert<uint8_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
+    case Dtype::i8: check_and_convert<int8_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
+    case Dtype::i16: check_and_convert<int16_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
+    case Dtype::u16: check_and_convert<uint16_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
+    case Dtype::i32: check_and_convert<int32_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
+    case Dtype::u32: check_and_convert<uint32_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
+    case Dtype::i64: check_and_convert<int64_t>(name_, raw.data, lengths_, begin_, converted_, num_tokens_, progress); break;
   }
   zero_copy_ = raw.dtype == Dtype::i32;
   if (zero_copy_) {

@@ -29,7 +29,9 @@ TokenFile::Raw open_token_file_raw(const std::string& input) {
               "PREFIX.idx, or megatron:PREFIX)");
 }
 
-TokenFile open_token_file(const std::string& input) { return TokenFile(open_token_file_raw(input)); }
+TokenFile open_token_file(const std::string& input, const ProgressFn& progress) {
+  return TokenFile(open_token_file_raw(input), progress);
+}
 
 std::vector<int64_t> token_file_lengths(const std::string& input) {
   return open_token_file_raw(input).lengths;
