@@ -25,7 +25,7 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 echo "== building the C++ library, the varpack command, tests and benchmarks (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
-cmake --build build -j "$(nproc)"
+cmake --build build  # ninja runs nproc + 2 jobs by default
 
 echo "== Python environment (.venv/) and the varpack package"
 # This machine's pip configuration may list index folders that do not exist; pip warns once per
@@ -44,7 +44,8 @@ if [ ! -e "$stamp" ] || [ -n "$(find python src include setup.py pyproject.toml 
                                     -newer "$stamp" -print -quit)" ]; then
   # --no-build-isolation: build against the torch just installed, not a fresh (CUDA) one.
   # VARPACK_CORE_LIB: link the core library built above instead of compiling it again.
-  CXX="ccache g++" MAX_JOBS=$(nproc) VARPACK_CORE_LIB=build/libvarpack.a \
+  # /usr/lib/ccache: Debian's compiler names that go through ccache (torch takes CXX as one word).
+  PATH=/usr/lib/ccache:$PATH MAX_JOBS=$(nproc) VARPACK_CORE_LIB=build/libvarpack.a \
     pip_quiet .venv/bin/pip install -q --no-build-isolation --no-deps .
   touch "$stamp"
 fi

@@ -5,13 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}  # as scripts/setup.sh
 
 echo "== C++ tests (build/)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 echo "== C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+# A second full build by design: every test, the fuzz round included, runs again sanitized.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVARPACK_SANITIZE=ON \
-      -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON >/dev/null
+      -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
@@ -19,7 +21,8 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 if command -v nvcc >/dev/null 2>&1; then
   echo "== CUDA kernels: compile for sm_80 and sm_90a (build-cuda/; they run only on the GPU machine)"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_CUDA=ON \
-        -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON >/dev/null
+        -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON \
+        -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
   cmake --build build-cuda
 else
   echo "== nvcc not found: skipping the CUDA compile check"
