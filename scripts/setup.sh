@@ -21,7 +21,6 @@ fi
 
 # ccache makes rebuilds after a branch switch or a fresh build folder quick; every build here
 # (CMake's C++ and CUDA, the extension's ninja) goes through it.
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 echo "== building the C++ library, the varpack command, tests and benchmarks (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null

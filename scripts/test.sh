@@ -5,7 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}  # as scripts/setup.sh
 
 echo "== C++ tests (build/)"
 ctest --test-dir build --output-on-failure -j "$jobs"
