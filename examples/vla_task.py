@@ -4,14 +4,18 @@ move on a table; the instruction names one colour; the actions are that disc's n
 Each sample has three camera views at resolutions drawn per sample (so patch counts vary):
   wrist     the scene one step ago (t-1), the smallest camera
   base      the scene now (t)
-  overhead  the scene now (t) from a larger camera, with clutter: it shows nothing the base view
-            does not, so a task can prune it (its tokens are the most of the three)
+  overhead  the scene now (t) from a larger camera: it shows nothing the base view does not, so a
+            task can prune it (its tokens are the most of the three); only the samples of the
+            "rig_a" robot have it (a dataset mixture: image counts vary per sample)
 The instruction is "<bos> track <colour> [filler words] <sep>" (variable length); the actions are
 the target's x and y bins for the next `horizon` steps, two tokens per step. The motion has noise,
 so the best achievable loss is above zero.
 """
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,20 +39,17 @@ class TaskConfig:
     horizon: int = 4
     noise: float = 0.02          # std of the per-step motion noise (world units)
     radius: float = 0.09
+    overhead_share: float = 0.75  # samples from the rig with the overhead camera
 
     def max_patches(self, view: str) -> int:
         return self.grid[view][1] ** 2
 
 
-def render(positions: np.ndarray, height: int, width: int, radius: float, clutter: np.random.Generator | None):
+def render(positions: np.ndarray, height: int, width: int, radius: float) -> np.ndarray:
     """[height, width, 3] float32: the discs at `positions` ([3, 2] in [0, 1]) over a grey table."""
     ys = (np.arange(height, dtype=np.float32) + 0.5) / height
     xs = (np.arange(width, dtype=np.float32) + 0.5) / width
     image = np.full((height, width, 3), 0.3, dtype=np.float32)
-    if clutter is not None:  # grey boxes that stand still: noise for the model, nothing to learn
-        for _ in range(4):
-            y0, x0 = clutter.uniform(0, 0.9, size=2)
-            image[np.ix_((ys >= y0) & (ys < y0 + 0.1), (xs >= x0) & (xs < x0 + 0.1))] = 0.6
     for (x, y), colour in zip(positions, COLOURS.values()):
         inside = (ys[:, None] - y) ** 2 + (xs[None, :] - x) ** 2 < radius ** 2
         image[inside] = colour
@@ -72,12 +73,12 @@ def make_sample(config: TaskConfig, seed: int) -> dict:
         future.append(position)
     future = np.array(future)
 
+    rig = "rig_a" if rng.random() < config.overhead_share else "rig_b"
     images = []
-    for view, scene in (("wrist", start), ("base", now), ("overhead", now)):
+    for view, scene in (("wrist", start), ("base", now), ("overhead", now))[:3 if rig == "rig_a" else 2]:
         low, high = config.grid[view]
         rows, cols = (int(v) for v in rng.integers(low, high + 1, size=2))
-        pixels = render(scene, rows * config.patch, cols * config.patch, config.radius,
-                        rng if view == "overhead" else None)
+        pixels = render(scene, rows * config.patch, cols * config.patch, config.radius)
         # float16 halves the memory of a kept dataset and holds this palette's values closely
         images.append({"view": view, "pixels": pixels.astype(np.float16), "patch": config.patch})
 
@@ -88,7 +89,7 @@ def make_sample(config: TaskConfig, seed: int) -> dict:
     input_ids = np.array(instruction + actions.tolist(), dtype=np.int64)
     labels = input_ids.copy()
     labels[:len(instruction)] = -100
-    return {"images": images, "input_ids": input_ids, "labels": labels}
+    return {"dataset": rig, "images": images, "input_ids": input_ids, "labels": labels}
 
 
 class TaskDataset:
@@ -96,7 +97,13 @@ class TaskDataset:
 
     def __init__(self, config: TaskConfig, count: int, seed: int):
         self.config = config
-        self.samples = [make_sample(config, seed * 1_000_003 + i) for i in range(count)]
+        seeds = [seed * 1_000_003 + i for i in range(count)]
+        if count < 512:
+            self.samples = [make_sample(config, s) for s in seeds]
+            return
+        # Thousands of samples: render on every core (numpy only in the workers, so forking is safe).
+        with multiprocessing.get_context("fork").Pool(min(16, os.cpu_count() or 1)) as pool:
+            self.samples = pool.map(functools.partial(make_sample, config), seeds, chunksize=64)
 
     def __len__(self) -> int:
         return len(self.samples)
