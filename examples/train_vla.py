@@ -16,6 +16,7 @@ starts), tokens computed per tower, training losses, and the held-out loss (each
 its own layout). Writes results.json, results.md and vla.png (if matplotlib is installed) to --out.
 
     python examples/train_vla.py --out $OUT                        # the H200 preset
+    python examples/train_vla.py --preset cpu --out /tmp/vla       # small, CPU, a few minutes
     python examples/train_vla.py --preset smoke --out /tmp/vla     # tiny, CPU, seconds
 """
 from __future__ import annotations
@@ -62,14 +63,19 @@ def _model(task: TaskConfig, vl, vd, vh, dl, dd, dh) -> ModelConfig:
 
 
 _H200_TASK = TaskConfig(patch=16, grid={"wrist": (4, 10), "base": (6, 14), "overhead": (8, 16)})
+_CPU_TASK = TaskConfig(patch=4, grid={"wrist": (3, 6), "base": (3, 7), "overhead": (4, 8)})
 _SMOKE_TASK = TaskConfig(patch=4, grid={"wrist": (2, 4), "base": (2, 5), "overhead": (3, 6)}, max_filler=4)
 PRESETS = {
     # Compute-bound on the H200: ~18k decoder + ~16k vision tokens per varlen step, 8 + 8 layers
     # of width 768 / 1024 (heads of 64, which varpack's CUDA kernels take). Every step sees fresh
     # samples (one epoch), so the held-out loss measures learning, not memorising.
     "h200": Preset(_H200_TASK, _model(_H200_TASK, 8, 768, 12, 8, 1024, 16), batch_size=64,
-                   train_samples=150 * 64, heldout_samples=512, steps=150, warmup_steps=5, capacity=8192,
+                   train_samples=120 * 64, heldout_samples=512, steps=120, warmup_steps=5, capacity=8192,
                    lr=6e-4),
+    # A CPU-sized run that still learns the task (minutes on 2 cores; float32, so varlen and
+    # padded give the same numbers up to summation order).
+    "cpu": Preset(_CPU_TASK, _model(_CPU_TASK, 2, 64, 4, 2, 64, 4), batch_size=16, train_samples=300 * 16,
+                  heldout_samples=256, steps=300, warmup_steps=3, capacity=1024, lr=2e-3),
     "smoke": Preset(_SMOKE_TASK, _model(_SMOKE_TASK, 1, 32, 2, 1, 32, 2), batch_size=6,
                     train_samples=24, heldout_samples=8, steps=4, warmup_steps=1, capacity=256),
 }
@@ -91,11 +97,14 @@ class Layouts:
         """(batch, token counts: decoder/vision computed and valid)."""
         if mode in ("padded", "dynamic"):
             fixed = mode == "padded"
+            # Dynamic: the batch's own image count, rounded up to 8 like the widths, so the padded
+            # kernels see few distinct shapes (cuDNN builds a plan per shape).
+            images = sum(len(self.data[i]["images"]) for i in indices)
             batch = build_padded_multimodal(
                 self.data, indices, image_token_id=IMAGE, pad_token_id=PAD,
                 width=self.fixed_width if fixed else None,
                 image_width=self.fixed_image_width if fixed else None,
-                image_slots=self.fixed_images * len(indices) if fixed else None)
+                image_slots=self.fixed_images * len(indices) if fixed else -(-images // 8) * 8)
             counts = {"decoder_computed": batch["input_ids"].numel(),
                       "vision_computed": batch["vision_mask"].numel(),
                       "vision_valid": int(batch["vision_mask"].sum())}
@@ -258,8 +267,11 @@ def summarise(results: dict) -> None:
             r["heldout_vs_padded"] = r["heldout_loss"] / base["heldout_loss"] - 1
     pruned = modes.get("varlen_pruned", {})
     if pruned.get("status") == "ok":
+        # "Within 1%" read both ways: no more than 1% worse (pruning must not cost accuracy), and
+        # the stricter |difference| <= 1% (a pruned run that learns faster fails this one).
         results["targets"] = {"speedup_at_least_1.67x": pruned["speedup_vs_padded"] >= 1.67,
-                              "heldout_within_1_percent": abs(pruned["heldout_vs_padded"]) <= 0.01}
+                              "heldout_at_most_1_percent_worse": pruned["heldout_vs_padded"] <= 0.01,
+                              "heldout_within_1_percent_either_way": abs(pruned["heldout_vs_padded"]) <= 0.01}
 
 
 def markdown(results: dict) -> str:
@@ -279,8 +291,10 @@ def markdown(results: dict) -> str:
                      f"{r['decoder_computed_per_step']:.0f} | {r['vision_computed_per_step']:.0f} "
                      f"({r['vision_valid_per_step']:.0f}) |")
     if "targets" in results:
-        lines += ["", f"Targets: varlen_pruned >= 1.67x padded: {results['targets']['speedup_at_least_1.67x']}; "
-                      f"held-out loss within 1%: {results['targets']['heldout_within_1_percent']}."]
+        t = results["targets"]
+        lines += ["", f"Targets: varlen_pruned >= 1.67x padded: {t['speedup_at_least_1.67x']}; held-out loss at "
+                      f"most 1% worse than padded: {t['heldout_at_most_1_percent_worse']} (within 1% either way: "
+                      f"{t['heldout_within_1_percent_either_way']})."]
     return "\n".join(lines) + "\n"
 
 
@@ -322,7 +336,7 @@ def main(argv=None):
             parser.error(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
     previous = torch.get_num_threads()
-    if args.preset == "smoke":  # tiny matrices: one thread beats several spinning on barriers
+    if args.preset in ("smoke", "cpu"):  # small matrices: one thread beats several spinning on barriers
         torch.set_num_threads(1)
     try:
         return run(args)
