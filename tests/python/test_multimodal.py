@@ -207,3 +207,35 @@ def test_patchify_equals_the_loop(rng):
     for h, w, p in ((4, 6, 2), (3, 3, 1), (16, 8, 8), (5, 15, 5)):
         pixels = rng.standard_normal((h, w, 3))
         np.testing.assert_array_equal(patchify(pixels, p), reference_patches(pixels, p))
+
+
+def test_collator_builds_varlen_or_padded_as_the_chooser_predicts(rng, caplog):
+    import logging
+
+    from varpack.auto import PADDED, VARLEN, CostModel, MultimodalPathChooser
+    from varpack.multimodal_collator import MultimodalCollator
+
+    samples = random_samples(rng, 9)
+    samples.append({"input_ids": [10] * 40, "images": [{"view": "wrist", "patches": 30}]})  # over 64: dropped
+    pruning = ViewPruning(drop={"top"})
+    varlen = MultimodalCollator(64, pruning, image_token_id=IMAGE, overlong="drop")(samples)
+    expected = build_multimodal_batch(plan_multimodal(samples, 64, pruning, overlong="drop"), samples,
+                                      image_token_id=IMAGE)
+    for key in ("input_ids", "labels", "cu_seqlens", "vision_cu_seqlens", "image_token_index", "pixel_patches"):
+        assert torch.equal(varlen[key], expected[key]), key
+
+    cheap, dear = CostModel(0.0, 0.0, 1e-6), CostModel(1.0, 1.0, 1.0)
+    to_padded = MultimodalCollator(64, pruning, image_token_id=IMAGE, overlong="drop",
+                                   chooser=MultimodalPathChooser(cheap, dear, cheap, dear))
+    with caplog.at_level(logging.INFO, logger="varpack.auto"):
+        padded = to_padded(samples)
+    assert to_padded.last_decision.path == PADDED and "step 0: padded path" in caplog.text
+    kept = [i for i in range(len(samples) - 1) if sum(sample_tokens(samples[i], i, pruning))]
+    direct = build_padded_multimodal(samples, kept, pruning, image_token_id=IMAGE)
+    for key in ("input_ids", "labels", "vision_mask", "image_token_index", "pixel_patches"):
+        assert torch.equal(padded[key], direct[key]), key
+    to_varlen = MultimodalCollator(64, pruning, image_token_id=IMAGE, overlong="drop",
+                                   chooser=MultimodalPathChooser(dear, cheap, dear, cheap))
+    assert "cu_seqlens" in to_varlen(samples) and to_varlen.last_decision.path == VARLEN
+    with pytest.raises(ValueError, match="sample 9 has 70 tokens"):
+        MultimodalCollator(64, pruning)(samples)
