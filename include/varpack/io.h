@@ -61,6 +61,25 @@ using SampleFn = std::function<void(int64_t record, int64_t line, std::span<cons
 // labels of the wrong length, or a file without any record.
 void scan_jsonl(const std::string& path, const SampleFn& on_sample, const ProgressFn& progress = {});
 
+// One image of a multimodal JSONL record (its optional "images" field, docs/FORMAT.md): the camera
+// view it comes from and the tokens it puts into the decoder's sequence, one per patch.
+struct ImageRecord {
+  std::string view;
+  int64_t patches = 0;
+};
+
+// As SampleFn, with the record's images (empty when it has none); valid only during the call.
+using MultimodalSampleFn =
+    std::function<void(int64_t record, int64_t line, std::span<const int32_t> input_ids,
+                       std::span<const int32_t> labels, std::span<const ImageRecord> images)>;
+
+// scan_jsonl that also reads each record's optional "images": an array of objects, each with a
+// "view" string and either "patches" (an integer >= 0) or "height", "width" and "patch" (positive
+// integers, height and width multiples of patch: (height / patch) * (width / patch) patches).
+// Errors as scan_jsonl's, naming the image (images[i]) too. scan_jsonl ignores the field.
+void scan_multimodal_jsonl(const std::string& path, const MultimodalSampleFn& on_sample,
+                           const ProgressFn& progress = {});
+
 // scan_jsonl into a TokenStore.
 TokenStore read_jsonl(const std::string& path, const ProgressFn& progress = {});
 

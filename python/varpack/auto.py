@@ -171,3 +171,53 @@ class PathChooser:
         self.log.log(self.level, "%s%s path (predicted varlen %.3f ms, padded %.3f ms, padding %.1f%%)",
                      where, path, t_varlen * 1e3, t_padded * 1e3, 100 * decision.padding_rate)
         return decision
+
+
+class MultimodalPathChooser:
+    """The path choice for a vision-language model: one cost model per (tower, path). The padded
+    step runs the vision tower over `image_slots` slots of `image_width` patches and the decoder
+    over `rows` rows of `width` tokens; the varlen step runs each tower over its real lengths (one
+    sequence per image, one per sample). The step's prediction is the two towers' sum."""
+
+    def __init__(self, vision_padded: CostModel, vision_varlen: CostModel, decoder_padded: CostModel,
+                 decoder_varlen: CostModel, log: logging.Logger | None = None, level: int = logging.INFO):
+        self.vision = PathChooser(vision_padded, vision_varlen)
+        self.decoder = PathChooser(decoder_padded, decoder_varlen)
+        self.log = log or logger
+        self.level = level
+
+    def choose(self, image_lengths: Iterable[int], sample_lengths: Iterable[int],
+               image_slots: int | None = None, image_width: int | None = None,
+               rows: int | None = None, width: int | None = None, step: int | None = None) -> Decision:
+        """image_lengths: patches of each kept image; sample_lengths: decoder tokens of each sample
+        (image + text). The padded shapes default to dynamic padding (one slot per image padded to
+        the longest image, one row per sample padded to the longest sample). A batch without
+        images costs its decoder alone."""
+        images = _length_array(image_lengths, "MultimodalPathChooser.choose: image_lengths")
+        samples = _length_array(sample_lengths, "MultimodalPathChooser.choose: sample_lengths")
+        if samples.size == 0:
+            raise ValueError("MultimodalPathChooser.choose: the batch has no samples")
+        decoder = self._quiet(self.decoder, samples, rows, width)
+        padded, varlen = decoder.predicted_padded_s, decoder.predicted_varlen_s
+        area = float((rows or samples.size) * (width or samples.max()))
+        real = float(samples.sum())
+        if images.size:
+            vision = self._quiet(self.vision, images, image_slots, image_width)
+            padded += vision.predicted_padded_s
+            varlen += vision.predicted_varlen_s
+            area += (image_slots or images.size) * (image_width or images.max())
+            real += images.sum()
+        path = VARLEN if varlen < padded else PADDED
+        decision = Decision(path, padded, varlen, (area - real) / area if area else 0.0)
+        where = f"step {step}: " if step is not None else ""
+        self.log.log(self.level, "%s%s path for both towers (predicted varlen %.3f ms, padded %.3f ms, "
+                     "padding %.1f%%)", where, path, varlen * 1e3, padded * 1e3, 100 * decision.padding_rate)
+        return decision
+
+    @staticmethod
+    def _quiet(chooser: PathChooser, lengths: np.ndarray, rows, width) -> Decision:
+        level, chooser.level = chooser.level, logging.DEBUG  # one log line per step, from choose()
+        try:
+            return chooser.choose(lengths, rows=rows, width=width)
+        finally:
+            chooser.level = level

@@ -21,6 +21,7 @@ struct PackArgs {
   uint64_t seed = 0;
   bool shuffle = false;
   bool check = false;  // read the written file back and verify it before it is renamed into place
+  int64_t image_token_id = -1;  // placeholder id of image tokens (JSONL "images"); -1: none given
 };
 
 struct StatsArgs {

@@ -32,6 +32,24 @@ void check_length(const std::string& input, int64_t record, int64_t line, size_t
               "of at most " + l + "), or a larger --capacity");
 }
 
+int64_t image_tokens(std::span<const ImageRecord> images) {
+  int64_t total = 0;
+  for (const auto& image : images) total += image.patches;
+  return total;
+}
+
+// A record with images keeps them with its text in one row: it must fit the capacity.
+void check_multimodal_length(const std::string& input, int64_t record, int64_t line, int64_t images,
+                             size_t text, const ImageOptions& options) {
+  const int64_t length = images + static_cast<int64_t>(text);
+  if (images == 0 || options.capacity <= 0 || length <= options.capacity) return;
+  throw Error(input + ":" + std::to_string(line) + ": sample " + std::to_string(record) + " has " +
+              std::to_string(length) + " tokens (" + std::to_string(images) + " image + " +
+              std::to_string(text) + " text), more than the capacity " +
+              std::to_string(options.capacity) + "; a sample with images is never split or " +
+              "truncated: use a larger --capacity or smaller images");
+}
+
 // A token file, its samples checked against `max_length` like a JSONL file's.
 TokenFile open_checked_token_file(const std::string& input, int64_t max_length) {
   ProgressBar bar("reading " + input, "tokens");
@@ -45,7 +63,7 @@ TokenFile open_checked_token_file(const std::string& input, int64_t max_length) 
 
 }  // namespace
 
-TokenStore load_samples(const std::string& input, int64_t max_length) {
+TokenStore load_samples(const std::string& input, int64_t max_length, const ImageOptions& options) {
   if (is_profile(input)) {
     TokenStore store;
     std::vector<int32_t> ids;
@@ -59,29 +77,48 @@ TokenStore load_samples(const std::string& input, int64_t max_length) {
   }
   ProgressBar bar("reading " + input, "bytes");
   TokenStore store;
-  scan_jsonl(
+  std::vector<int32_t> expanded_ids, expanded_labels;
+  scan_multimodal_jsonl(
       input,
       [&](int64_t record, int64_t line, std::span<const int32_t> ids,
-          std::span<const int32_t> labels) {
-        check_length(input, record, line, ids.size(), max_length);
-        store.add(ids, labels);
+          std::span<const int32_t> labels, std::span<const ImageRecord> images) {
+        const int64_t n = image_tokens(images);
+        check_multimodal_length(input, record, line, n, ids.size(), options);
+        check_length(input, record, line, static_cast<size_t>(n) + ids.size(), max_length);
+        if (n == 0) {
+          store.add(ids, labels);
+          return;
+        }
+        if (options.token_id < 0) {
+          throw Error(input + ":" + std::to_string(line) + ": sample " + std::to_string(record) +
+                      " has images (" + std::to_string(n) + " image tokens); give --image-token-id ID, " +
+                      "the placeholder token id of image tokens in the packed rows");
+        }
+        // Placeholders (label -100: nothing predicts an image token) before the text.
+        expanded_ids.assign(static_cast<size_t>(n), static_cast<int32_t>(options.token_id));
+        expanded_ids.insert(expanded_ids.end(), ids.begin(), ids.end());
+        expanded_labels.assign(static_cast<size_t>(n), kIgnoreLabel);
+        const auto text_labels = labels.empty() ? ids : labels;
+        expanded_labels.insert(expanded_labels.end(), text_labels.begin(), text_labels.end());
+        store.add(expanded_ids, expanded_labels);
       },
       bar.fn());
   return store;
 }
 
-Samples open_samples(const std::string& input, int64_t max_length) {
+Samples open_samples(const std::string& input, int64_t max_length, const ImageOptions& images) {
   if (is_token_file(input)) {
     auto file = std::make_unique<TokenFile>(open_checked_token_file(input, max_length));
     std::vector<int64_t> lengths(file->lengths().begin(), file->lengths().end());
     return {std::move(file), std::move(lengths)};
   }
-  auto store = std::make_unique<TokenStore>(load_samples(input, max_length));
+  auto store = std::make_unique<TokenStore>(load_samples(input, max_length, images));
   std::vector<int64_t> lengths = store->lengths();
   return {std::move(store), std::move(lengths)};
 }
 
-std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length) {
+std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length,
+                                  const ImageOptions& options) {
   if (is_profile(input)) return profile_lengths(input);
   if (is_token_file(input)) {
     std::vector<int64_t> lengths = token_file_lengths(input);
@@ -92,11 +129,14 @@ std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length) 
   }
   ProgressBar bar("reading " + input, "bytes");
   std::vector<int64_t> lengths;
-  scan_jsonl(
+  scan_multimodal_jsonl(
       input,
-      [&](int64_t record, int64_t line, std::span<const int32_t> ids, std::span<const int32_t>) {
-        check_length(input, record, line, ids.size(), max_length);
-        lengths.push_back(static_cast<int64_t>(ids.size()));
+      [&](int64_t record, int64_t line, std::span<const int32_t> ids, std::span<const int32_t>,
+          std::span<const ImageRecord> images) {
+        const int64_t n = image_tokens(images);
+        check_multimodal_length(input, record, line, n, ids.size(), options);
+        check_length(input, record, line, static_cast<size_t>(n) + ids.size(), max_length);
+        lengths.push_back(n + static_cast<int64_t>(ids.size()));
       },
       bar.fn());
   return lengths;

@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
                      "cu_seqlens against the input before renaming it into place");
   pack_cmd->add_option("--report", pack.report,
                        "also write a JSON report (samples, tokens, rows, padding, seconds, ...)");
+  pack_cmd->add_option("--image-token-id", pack.image_token_id,
+                       "for JSONL records with \"images\": the token id of the image placeholders "
+                       "(one per patch, before the record's text, label -100)");
 
   StatsArgs stats;
   const varpack::CostModel default_model;

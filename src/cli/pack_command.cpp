@@ -2,6 +2,7 @@
 // short summary. Both outputs are opened (as temporary files) before any work, so a missing
 // output directory fails at once, and they are renamed into place only after everything worked.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 
@@ -51,7 +52,12 @@ int run_pack(const PackArgs& args) {
   const auto start = Clock::now();
   const int64_t reject_longer_than =
       options.overlong == OverlongPolicy::error ? options.capacity : 0;
-  const Samples input = open_samples(args.input, reject_longer_than);
+  if (args.image_token_id != -1 && (args.image_token_id < 0 || args.image_token_id > INT32_MAX)) {
+    throw Error("--image-token-id must be a token id in [0, 2147483647], got " +
+                std::to_string(args.image_token_id));
+  }
+  const Samples input = open_samples(args.input, reject_longer_than,
+                                     ImageOptions{options.capacity, args.image_token_id});
   const TokenSource& samples = *input.source;
   const double read_seconds = seconds_since(start);
 

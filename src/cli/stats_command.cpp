@@ -94,8 +94,9 @@ int run_stats(const StatsArgs& args) {
   model.alpha = args.alpha;
   model.beta = args.beta;
 
-  const std::vector<int64_t> lengths = load_lengths(
-      args.input, options.overlong == OverlongPolicy::error ? options.capacity : 0);
+  const std::vector<int64_t> lengths =
+      load_lengths(args.input, options.overlong == OverlongPolicy::error ? options.capacity : 0,
+                   ImageOptions{options.capacity, -1});
   StrategyComparison comparison;
   try {
     comparison = compare_strategies(lengths, options, model);

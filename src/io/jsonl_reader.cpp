@@ -38,8 +38,9 @@ bool is_blank(const char* p, size_t n) {
 
 class LineParser {
  public:
-  LineParser(const std::string& path, const SampleFn& on_sample)
-      : path_(path), on_sample_(on_sample) {}
+  // `with_images`: read each record's "images" field (otherwise it is ignored like any other).
+  LineParser(const std::string& path, const MultimodalSampleFn& on_sample, bool with_images)
+      : path_(path), on_sample_(on_sample), with_images_(with_images) {}
 
   // `p` must have SIMDJSON_PADDING readable bytes after p + n (their content does not matter).
   void parse(const char* p, size_t n, int64_t line) {
@@ -69,7 +70,10 @@ class LineParser {
              std::to_string(ids_.size()) + "; labels must align one to one with input_ids");
       }
     }
-    on_sample_(records_, line, ids_, labels_);
+    images_.clear();
+    simdjson::dom::element images;
+    if (with_images_ && !object["images"].get(images) && !images.is_null()) read_images(images);
+    on_sample_(records_, line, ids_, labels_, images_);
     ++records_;
   }
 
@@ -117,18 +121,77 @@ class LineParser {
     }
   }
 
+  // A non-negative integer below 2^31 (at least 1 if `positive`), or an error naming `field`.
+  int64_t read_count(simdjson::dom::element value, const std::string& field, bool positive) const {
+    int64_t x = -1;
+    if (value.type() == simdjson::dom::element_type::INT64) x = value.get_int64().value_unsafe();
+    if (x < (positive ? 1 : 0) || x > kMaxId) {
+      fail(field + " must be an integer in [" + (positive ? "1" : "0") + ", 2147483647], got " +
+           (value.type() == simdjson::dom::element_type::INT64 ? std::to_string(x)
+                                                               : type_name(value.type())));
+    }
+    return x;
+  }
+
+  void read_images(simdjson::dom::element value) {
+    constexpr const char* kExample = "{\"view\": \"wrist\", \"patches\": 64}";
+    simdjson::dom::array array;
+    if (value.get_array().get(array)) {
+      fail(std::string("\"images\" must be an array of objects like ") + kExample + ", got " +
+           type_name(value.type()));
+    }
+    size_t index = 0;
+    for (simdjson::dom::element image : array) {
+      const std::string where = "images[" + std::to_string(index++) + "]";
+      simdjson::dom::object object;
+      if (image.get_object().get(object)) {
+        fail(where + " is " + type_name(image.type()) + "; each image is an object like " + kExample);
+      }
+      ImageRecord record;
+      std::string_view view;
+      if (object["view"].get_string().get(view) || view.empty()) {
+        fail(where + " has no \"view\" string (the camera's name, e.g. \"wrist\")");
+      }
+      record.view = view;
+      simdjson::dom::element patches, height, width, patch;
+      if (!object["patches"].get(patches)) {
+        record.patches = read_count(patches, where + ".patches", false);
+      } else if (!object["height"].get(height) && !object["width"].get(width) &&
+                 !object["patch"].get(patch)) {
+        const int64_t h = read_count(height, where + ".height", true);
+        const int64_t w = read_count(width, where + ".width", true);
+        const int64_t p = read_count(patch, where + ".patch", true);
+        if (h % p != 0 || w % p != 0) {
+          fail(where + ": a " + std::to_string(h) + "x" + std::to_string(w) +
+               " image is not a whole number of " + std::to_string(p) + "x" + std::to_string(p) +
+               " patches; resize it to multiples of " + std::to_string(p) + " pixels");
+        }
+        record.patches = (h / p) * (w / p);
+      } else {
+        fail(where + " (view \"" + record.view + "\") gives neither \"patches\" nor \"height\", " +
+             "\"width\" and \"patch\"");
+      }
+      images_.push_back(std::move(record));
+    }
+  }
+
   const std::string& path_;
-  const SampleFn& on_sample_;
+  const MultimodalSampleFn& on_sample_;
+  const bool with_images_;
   simdjson::dom::parser parser_;
   std::vector<int32_t> ids_, labels_;
+  std::vector<ImageRecord> images_;
   int64_t records_ = 0;
   int64_t line_ = 0;
 };
 
 }  // namespace
 
-void scan_jsonl(const std::string& path, const SampleFn& on_sample, const ProgressFn& progress) {
-  LineParser parser(path, on_sample);
+namespace {
+
+void scan(const std::string& path, const MultimodalSampleFn& on_sample, bool with_images,
+          const ProgressFn& progress) {
+  LineParser parser(path, on_sample, with_images);
   const int64_t lines = detail::for_each_line(
       path, [&](const char* p, size_t n, int64_t line) { parser.parse(p, n, line); }, progress);
   if (parser.records() == 0) {
@@ -137,6 +200,21 @@ void scan_jsonl(const std::string& path, const SampleFn& on_sample, const Progre
                             : "its " + std::to_string(lines) + " line(s) are all blank") +
                 "; expected one JSON object like {\"input_ids\": [1, 2, 3]} per line");
   }
+}
+
+}  // namespace
+
+void scan_jsonl(const std::string& path, const SampleFn& on_sample, const ProgressFn& progress) {
+  scan(
+      path,
+      [&](int64_t record, int64_t line, std::span<const int32_t> ids, std::span<const int32_t> labels,
+          std::span<const ImageRecord>) { on_sample(record, line, ids, labels); },
+      false, progress);
+}
+
+void scan_multimodal_jsonl(const std::string& path, const MultimodalSampleFn& on_sample,
+                           const ProgressFn& progress) {
+  scan(path, on_sample, true, progress);
 }
 
 TokenStore read_jsonl(const std::string& path, const ProgressFn& progress) {

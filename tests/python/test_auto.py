@@ -109,3 +109,33 @@ def test_chooser_rejects_a_layout_too_small():
         chooser.choose([100, 100], rows=1, width=150)
     with pytest.raises(ValueError, match="no samples"):
         chooser.choose([])
+
+
+def test_multimodal_chooser_sums_both_towers(caplog):
+    from varpack.auto import MultimodalPathChooser
+    vision_padded, vision_varlen = CostModel(1e-6, 1e-9, 1e-3), CostModel(2e-6, 2e-9, 2e-3)
+    decoder_padded, decoder_varlen = CostModel(3e-6, 1e-9, 1e-3), CostModel(4e-6, 2e-9, 1e-3)
+    chooser = MultimodalPathChooser(vision_padded, vision_varlen, decoder_padded, decoder_varlen)
+    images, samples = [16, 100, 36], [160, 40]
+    with caplog.at_level(logging.INFO, logger="varpack.auto"):
+        decision = chooser.choose(images, samples, step=3)
+    assert decision.predicted_padded_s == pytest.approx(vision_padded.predict_padded(3, 100)
+                                                        + decoder_padded.predict_padded(2, 160))
+    assert decision.predicted_varlen_s == pytest.approx(vision_varlen.predict(images) + decoder_varlen.predict(samples))
+    assert decision.path == (VARLEN if decision.predicted_varlen_s < decision.predicted_padded_s else PADDED)
+    assert decision.padding_rate == pytest.approx(1 - (152 + 200) / (300 + 320))
+    assert [r.getMessage() for r in caplog.records if "both towers" in r.getMessage()][0].startswith("step 3:")
+    assert len(caplog.records) == 1  # one line per step, not one per tower
+    # Fixed shapes: the padded side grows with them, the varlen side does not move.
+    fixed = chooser.choose(images, samples, image_slots=6, image_width=256, rows=2, width=512)
+    assert fixed.predicted_varlen_s == pytest.approx(decision.predicted_varlen_s)
+    assert fixed.predicted_padded_s > decision.predicted_padded_s
+    assert fixed.path == VARLEN
+    # No images: the decoder alone.
+    text_only = chooser.choose([], [10, 10])
+    assert text_only.predicted_padded_s == pytest.approx(decoder_padded.predict_padded(2, 10))
+    assert text_only.path == PADDED  # equal lengths: padding costs nothing and the padded model is cheaper
+    with pytest.raises(ValueError, match="no samples"):
+        chooser.choose([4], [])
+    with pytest.raises(ValueError, match="cannot hold"):
+        chooser.choose(images, samples, image_slots=1, image_width=100)
