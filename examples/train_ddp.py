@@ -47,12 +47,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from corpus import PAD, VOCAB_SIZE, Corpus  # noqa: E402
 
 import varpack  # noqa: E402
-from varpack.auto import CostModel  # noqa: E402
+from varpack.auto import ANCHOR_COST_MODEL, CostModel  # noqa: E402
 
 log = logging.getLogger("train_ddp")
 MODES = {"token": dict(method="round_robin", window_steps=1), "cost": dict(method="lpt")}
-# ANCHORS.md's fit for the 542M model on an H200, one row per call.
-ANCHOR_COST = CostModel(alpha=7.26e-6, beta=351e-12, overhead=3.38e-3)
 
 
 @dataclass
@@ -248,7 +246,7 @@ def main(argv=None) -> dict:
     preset = PRESETS[args.preset]
     if args.steps is not None:
         preset = Preset(**{**preset.__dict__, "steps": args.steps})
-    cost_model = CostModel.load(args.cost_model) if args.cost_model else ANCHOR_COST
+    cost_model = CostModel.load(args.cost_model) if args.cost_model else ANCHOR_COST_MODEL
     if device.type == "cuda" and not torch._C._dispatch_has_kernel_for_dispatch_key("varpack::varlen_fwd", "CUDA"):
         raise SystemExit("train_ddp: varpack's CUDA kernels are not built in this extension; build with "
                          "CUDA (examples/gpu_benchmark.sh does) or run with --device cpu")
