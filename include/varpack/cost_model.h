@@ -33,7 +33,7 @@ struct CostModel {
   }
 };
 
-// Throws varpack::Error unless alpha, beta and overhead are finite and >= 0 and alpha + beta > 0.
+// Throws varpack::Error unless alpha, beta and overhead are finite, >= 0 and not all 0.
 void check_cost_model(const CostModel& model);
 
 // Compute of a plan whose rows are padded rectangles (fixed or dynamic padding): the sum over

@@ -151,6 +151,10 @@ def calibrate(model_or_step, capacity: int, *, vocab_size: int | None = None, de
         if module is not None:
             module.zero_grad(set_to_none=True)
     cost_model = fit_cost_model(points)
+    if cost_model.alpha == 0 and cost_model.beta == 0:
+        log.warning("calibration: the row times do not grow with the tokens (fit: a constant %.3f ms per "
+                    "row); noise or a fixed cost dominates: time larger rows (--capacity) or more "
+                    "repeats", cost_model.overhead * 1e3)
     log.info("cost per row: %.3f ms + %.4g us/token + %.4g ps/token^2", cost_model.overhead * 1e3,
              cost_model.alpha * 1e6, cost_model.beta * 1e12)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type

@@ -11,10 +11,11 @@ namespace varpack {
 
 void check_cost_model(const CostModel& model) {
   const auto ok = [](double x) { return x >= 0 && std::isfinite(x); };
-  if (!ok(model.alpha) || !ok(model.beta) || !ok(model.overhead) || model.alpha + model.beta <= 0)
-    throw Error("the cost model needs finite alpha >= 0, beta >= 0 and overhead >= 0, alpha and beta "
-                "not both 0 (got alpha " + std::to_string(model.alpha) + ", beta " +
-                std::to_string(model.beta) + ", overhead " + std::to_string(model.overhead) + ")");
+  if (!ok(model.alpha) || !ok(model.beta) || !ok(model.overhead) ||
+      model.alpha + model.beta + model.overhead <= 0)
+    throw Error("the cost model needs finite alpha >= 0, beta >= 0 and overhead >= 0, not all 0 "
+                "(got alpha " + std::to_string(model.alpha) + ", beta " + std::to_string(model.beta) +
+                ", overhead " + std::to_string(model.overhead) + ")");
 }
 
 double padded_compute(const PackPlan& plan, const CostModel& model) {

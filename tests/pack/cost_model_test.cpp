@@ -28,7 +28,8 @@ TEST(CostModel, CostOfRowsAndPieces) {
   EXPECT_DOUBLE_EQ(padded_compute(plan, c), 2 * (3.0 + m.cost(10)));
   EXPECT_DOUBLE_EQ(varlen_compute(plan, c), 2 * 3.0 + m.cost(6) + m.cost(4) + m.cost(3));
   EXPECT_THROW(check_cost_model(CostModel{1.0, 0.0, -1.0}), Error);
-  EXPECT_THROW(check_cost_model(CostModel{0.0, 0.0, 1.0}), Error);
+  EXPECT_THROW(check_cost_model(CostModel{0.0, 0.0, 0.0}), Error);
+  EXPECT_NO_THROW(check_cost_model(CostModel{0.0, 0.0, 1.0}));  // only a per-row cost: counts rows
   EXPECT_NO_THROW(check_cost_model(c));
 }
 
