@@ -15,30 +15,12 @@ shift
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python MAX_JOBS=${MAX_JOBS:-$(nproc)}
-# libsimdjson, where the machine lacks it: carry .gpu-deps (its header and library), as
-# scripts/gpu_run.sh does.
-if ! ldconfig -p | grep -q libsimdjson && [ -d .gpu-deps ]; then
-  export CPATH=$PWD/.gpu-deps/include${CPATH:+:$CPATH}
-  export LIBRARY_PATH=$PWD/.gpu-deps/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export LD_LIBRARY_PATH=$PWD/.gpu-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+source examples/build_extension.sh  # libsimdjson from .gpu-deps where missing; build_extension
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
-  start=$(date +%s)
-  # The compiler's output goes to a file: only its tail matters, and only when it fails.
-  if [ "${BUILD:-1}" = 0 ]; then
-    echo "== build: skipped (BUILD=0)"
-  elif ! timeout 400 python3 setup.py build_ext --inplace --build-temp /tmp/varpack-build >/tmp/build.log 2>&1; then
-    echo "== the CUDA build failed; its last lines:"; tail -25 /tmp/build.log
-    echo "== building the CPU-only extension instead"
-    VARPACK_CUDA=0 timeout 200 python3 setup.py build_ext --inplace --build-temp /tmp/varpack-build-cpu \
-      >/tmp/build-cpu.log 2>&1 || { tail -25 /tmp/build-cpu.log; exit 1; }
-  else
-    echo "== build: $(( $(date +%s) - start )) s"
-  fi
-  python3 -c 'import torch, varpack; print("varpack CUDA kernel registered:", torch._C._dispatch_has_kernel_for_dispatch_key("varpack::varlen_fwd", "CUDA"))'
+  build_extension || exit 1
   python3 examples/train_packed.py --out "$out" "$@"
   [ "${SAVING_CURVE:-1}" = 0 ] || python3 examples/saving_curve.py --out "$out"
 } 2>&1 | tee "$out/run.log"
