@@ -9,6 +9,10 @@ pairs: even, which a contiguous split (rank r: chunks 2r, 2r+1) is not.
     batch = varpack.context_parallel.cp_sample_batch(sample, cp, rank)  # this rank's tokens
     out = varpack.context_parallel.cp_attention(q, k, v, group=cp_group)  # (2C, heads, d)
 
+For a Hugging Face model: register_hf() registers cp_attention as attn_implementation
+"varpack_cp"; the model then takes cp_sample_batch's inputs (its loss is computed from the logits
+and shift_labels, summed over the CP ranks, and the gradients summed over them).
+
 Attention is "all-gather CP" (as in Llama 3): every rank all-gathers the sample's K and V
 (one collective), then runs each local query chunk i against keys [0, (i+1)C) in one call of
 varpack's varlen kernel. FlashAttention's causal mask is aligned bottom-right, which is exactly
@@ -36,7 +40,7 @@ import torch.distributed as dist
 
 from . import _C  # noqa: F401  registers torch.ops.varpack
 
-__all__ = ["CPSplit", "cp_attention", "cp_padded_length", "cp_sample_batch", "split_long_samples",
+__all__ = ["CPSplit", "cp_attention", "cp_padded_length", "cp_sample_batch", "register_hf", "split_long_samples",
            "zigzag_chunks", "zigzag_indices", "zigzag_shard", "zigzag_unshard"]
 
 
@@ -131,8 +135,9 @@ def cp_sample_batch(input_ids, cp: int, rank: int, labels=None, pad_token_id: in
     position_ids: the tokens' positions in the whole sample (RoPE needs the true positions).
     shift_labels: the target of each token, already shifted (token t's target is label t + 1), so
                   no loss needs a neighbour on another rank; -100 for the last token and padding.
-    cu_seqlens, max_seqlen: the whole padded sample as one sequence (for bookkeeping; the attention
-                  itself is cp_attention).
+    cu_seq_lens_q/k, max_length_q/k: the local tokens as one sequence, so that an attention
+                  implementation registered by register_hf finds no boundaries to compute (the
+                  attention itself is cp_attention over the whole sample).
     Labels default to the input ids (a causal LM's next-token targets).
     """
     ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
@@ -145,8 +150,10 @@ def cp_sample_batch(input_ids, cp: int, rank: int, labels=None, pad_token_id: in
     shifted = torch.full((length,), -100, dtype=torch.long)
     shifted[:max(ids.numel() - 1, 0)] = target[1:]
     index = torch.from_numpy(zigzag_indices(length, cp, rank))
+    local = torch.tensor([0, index.numel()], dtype=torch.int32)
     return {"input_ids": padded[index][None], "position_ids": index[None], "shift_labels": shifted[index][None],
-            "cu_seqlens": torch.tensor([0, length], dtype=torch.int32), "max_seqlen": length}
+            "cu_seq_lens_q": local, "cu_seq_lens_k": local, "max_length_q": index.numel(),
+            "max_length_k": index.numel()}
 
 
 # ---------------------------------------------------------------- attention
@@ -252,3 +259,19 @@ def cp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None, 
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     return _CPAttention.apply(q, k, v, group, float(softmax_scale), bool(deterministic))
+
+
+def register_hf(name: str = "varpack_cp", group=None):
+    """Registers cp_attention over `group` (None: the default group) with transformers as
+    attention implementation `name`: a model with attn_implementation=name runs every layer's
+    attention on the zigzag-split sample of cp_sample_batch. Causal attention only."""
+    from .hf import register_varlen_function
+
+    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, **_):
+        if not causal or dropout_p or softcap or tuple(window_size) != (-1, -1):
+            raise NotImplementedError(f"{name}: context-parallel attention is causal, without dropout, "
+                                      "softcap or sliding window")
+        return cp_attention(q, k, v, group=group, softmax_scale=softmax_scale)
+
+    return register_varlen_function(name, varlen)

@@ -1,6 +1,8 @@
 """Context parallelism (varpack.context_parallel): the zigzag split and its inverse, the packer's
-marking and padding of long samples, and cp_attention over 2 gloo processes against
-flash_attn_varlen_func on the whole sample in one process (outputs and gradients, fp32 and bf16)."""
+marking and padding of long samples, cp_attention over 2 gloo processes against
+flash_attn_varlen_func on the whole sample in one process (outputs and gradients, fp32 and bf16),
+and a Llama model's loss and gradients with its attention context-parallel over 2 processes
+against the same model on the whole sample in one."""
 import numpy as np
 import pytest
 import torch
@@ -38,6 +40,11 @@ def reference(case, cp, seed):
 
 
 def cp_rank_run(rank, world, cases):
+    # Both checks in one pair of processes: starting one (torch, transformers) takes seconds.
+    return attention_on_rank(rank, world, cases), model_step_on_rank(rank, world)
+
+
+def attention_on_rank(rank, world, cases):
     results = []
     for i, case in enumerate(cases):
         full = full_inputs(case, world, seed=i)
@@ -85,7 +92,7 @@ def test_cp_sample_batch_shifts_labels_before_the_split():
     assert whole["input_ids"].tolist() == list(range(100, 111)) + [7]
     assert whole["position_ids"].tolist() == list(range(12))
     assert whole["shift_labels"].tolist() == list(range(101, 111)) + [-100, -100]
-    assert parts[0]["max_seqlen"] == 12
+    assert parts[0]["max_length_q"] == 4 and parts[0]["cu_seq_lens_q"].tolist() == [0, 4]
 
 
 def test_one_rank_equals_the_whole_sample_kernel():
@@ -101,8 +108,13 @@ def test_one_rank_equals_the_whole_sample_kernel():
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_two_ranks_equal_one_process(tmp_path):
-    ranks = run_ranks(cp_rank_run, 2, tmp_path, CASES)
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    return run_ranks(cp_rank_run, 2, tmp_path_factory.mktemp("cp"), CASES)
+
+
+def test_two_ranks_equal_one_process(two_ranks):
+    ranks = [attention for attention, _ in two_ranks]
     for i, case in enumerate(CASES):
         want = reference(case, 2, seed=i)
         got = [zigzag_unshard([ranks[r][i][j] for r in range(2)]) for j in range(4)]
@@ -114,3 +126,46 @@ def test_two_ranks_equal_one_process(tmp_path):
             tolerances = [dict(rtol=1.6e-2, atol=1e-2)] * 4
         for j, (g, w, tol) in enumerate(zip(got, want, tolerances)):
             torch.testing.assert_close(g.float(), w.float(), **tol, msg=lambda m: f"case {case}, tensor {j}: {m}")
+
+
+# ---------------------------------------------------------------- a model step under CP
+
+SAMPLE = np.random.default_rng(3).integers(0, 64, size=203)  # padded to 204 for cp = 2
+
+
+def tiny_llama(attention):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    import varpack.hf
+    varpack.hf.register()
+    varpack.context_parallel.register_hf()
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+def model_step_on_rank(rank, world):
+    model = tiny_llama("varpack_cp")
+    batch = cp_sample_batch(SAMPLE, world, rank)
+    targets = batch.pop("shift_labels")
+    logits = model(**batch).logits
+    loss = torch.nn.functional.cross_entropy(logits[0], targets[0], ignore_index=-100, reduction="sum")
+    loss = loss / (len(SAMPLE) - 1)
+    loss.backward()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    total = loss.detach().clone()
+    for t in (grads, total):  # each rank holds part of the sum over the sample's tokens
+        torch.distributed.all_reduce(t)
+    return float(total), grads
+
+
+def test_a_model_step_over_two_ranks_equals_one_process(two_ranks):
+    model = tiny_llama("varpack")
+    ids = torch.as_tensor(SAMPLE)[None]
+    loss = model(input_ids=ids, labels=ids).loss  # mean over the 202 next-token targets
+    loss.backward()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    for _, (rank_loss, rank_grads) in two_ranks:
+        assert rank_loss == pytest.approx(float(loss.detach()), rel=1e-5)
+        torch.testing.assert_close(rank_grads, grads, rtol=1e-4, atol=1e-6)
