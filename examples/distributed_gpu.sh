@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Issue 12's GPU measurements in one command, on as many GPUs as the machine has (NPROC overrides):
 #   1. build the extension (examples/build_extension.sh, as gpu_benchmark.sh does);
-#   2. calibrate the ANCHORS 542M model on rows of 16384 tokens (python -m varpack calibrate):
+#   2. calibrate the ANCHORS 542M model on rows of 16k and 32k tokens (python -m varpack calibrate):
 #      calibration.json, the fitted c + alpha*tokens + beta*sum(len^2) and each row's fit error;
 #   3. train_ddp.py under torchrun on NPROC GPUs (NCCL), token- vs cost-balanced with that cost
 #      model: every rank's compute per step, max/mean, the step-time ratio (ddp/results.json);
 #   4. the step-time simulator at 8..1024 ranks with the calibrated cost (simulate.md);
 #   5. context-parallel attention on a 64k sample over NPROC GPUs vs one GPU (cp.txt); with one
 #      GPU it prints the one-GPU time only and says that no CP was measured.
-# Everything lands in OUT_DIR (run.log plus the files above). About 1.5 minutes after the build on
-# one H200.
+# Everything lands in OUT_DIR (run.log plus the files above). About 2 minutes after the build on
+# one H200 (estimated; not yet run).
 #   bash examples/distributed_gpu.sh OUT_DIR        (with the `run` tool: carry .gpu-deps, OUT_DIR=$OUT)
 set -uo pipefail
 out=${1:?give an output folder}
@@ -23,7 +23,7 @@ source examples/build_extension.sh
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   build_extension || exit 1
   echo "== calibrate ($((SECONDS)) s)"
-  timeout 150 python3 -m varpack calibrate --model examples/train_ddp.py:anchor_model --capacity 16384 \
+  timeout 150 python3 -m varpack calibrate --model examples/train_ddp.py:anchor_model --capacity 32768 \
     --device cuda --autocast bf16 --out "$out/calibration.json"
   cost=(); [ -f "$out/calibration.json" ] && cost=(--cost-model "$out/calibration.json")
   echo "== train_ddp on $nproc_gpu GPU(s) ($((SECONDS)) s)"
