@@ -48,18 +48,22 @@ MIXES = {"lognormal": lognormal_lengths, "stdlib": stdlib_lengths}
 
 
 def lengths_for(mix: str, rows: int, capacity: int, seed: int) -> np.ndarray:
-    """Enough samples of the mix for about `rows` full rows (5% spare for the packing's waste)."""
+    """Enough samples of the mix for about `rows` full rows (10% spare for the packing's waste)."""
     rng = np.random.default_rng(seed)
     probe = MIXES[mix](20000, capacity, rng)
     mean = float(np.minimum(probe, capacity).mean())
-    return MIXES[mix](int(rows * capacity * 1.05 / mean) + 1, capacity, rng)
+    return MIXES[mix](int(rows * capacity * 1.1 / mean) + 1, capacity, rng)
 
 
 def simulate(mix: str, ranks: int, k: int, window: int, steps: int, capacity: int, model: CostModel,
              seed: int) -> dict:
-    lengths = lengths_for(mix, ranks * k * steps, capacity, seed)
+    rows = ranks * k * steps
+    lengths = lengths_for(mix, rows, capacity, seed)
     plan = varpack.plan(lengths, capacity, overlong="split", shuffle=True, seed=seed)
-    costs = varpack.row_costs(plan, model)
+    if plan.num_rows < rows:
+        raise RuntimeError(f"{mix}: {len(lengths)} samples filled {plan.num_rows} rows, fewer than the "
+                           f"{rows} that {steps} steps take; raise the spare in lengths_for")
+    costs = varpack.row_costs(plan, model)[:rows]  # exactly `steps` steps of the shuffled rows
     token = varpack.balance_rows(costs, ranks, k, method="round_robin")
     cost = varpack.balance_rows(costs, ranks, k, method="lpt", window_steps=window)
     ideal = cost.stats["ideal_step_time"]

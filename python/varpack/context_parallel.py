@@ -21,10 +21,10 @@ results have to be merged by their log-sum-exp; the backward runs varpack's back
 the forward's out and lse, adds each call's dK/dV into a buffer the length of the sample, and
 reduce-scatters it back to the chunks' owners. Trade-off against ring attention (K/V passed
 around the ring, block results merged through the LSE): all-gather moves the same bytes but
-does not overlap them with compute and holds the whole sample's K/V per layer on every rank;
-with grouped-query attention K/V are small (Llama 3 chose it for that), and it needs one
-collective instead of 2(CP-1) point-to-point steps. A ring version is the step to take at large
-CP where the K/V no longer fit or the gather stops hiding behind the matmuls.
+does not overlap them with compute, and every rank holds (and keeps for the backward) the whole
+sample's K/V of each layer; with grouped-query attention K/V are small (Llama 3 chose it for
+that), and it needs one collective instead of 2(CP-1) point-to-point steps. A ring version is the
+step to take at large CP, where the K/V no longer fit or the un-overlapped gather starts to show.
 
 Padding: split_long_samples pads a CP sample to a multiple of 2*CP; the pad tokens sit at the
 end, so causally no real token sees them, and their labels are -100.
