@@ -95,7 +95,7 @@ def main(argv=None) -> None:
     print(f"cost per row: {model.overhead * 1e3:.3f} ms + {model.alpha * 1e6:.3f} us/token + "
           f"{model.beta * 1e12:.1f} ps/token^2; capacity {args.capacity}; {args.steps} steps; "
           f"window {args.window} steps; seed {args.seed}\n")
-    print("| mix | ranks | k | samples | rows | token max/mean | cost max/mean | token step/ideal | "
+    print("| mix | ranks | k | samples | rows planned | token max/mean | cost max/mean | token step/ideal | "
           "cost step/ideal | whole-row bound/ideal | token / cost | s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mix in args.mixes.split(","):
