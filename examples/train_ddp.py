@@ -72,6 +72,10 @@ PRESETS = {
     # per rank and step, lengths lognormal around 4k: at 2 ranks the token-balanced schedule is
     # predicted 1.16x its ideal, the most a balancer can gain there (simulate_steps.py has more ranks).
     "h200": Preset(8, 2048, 16, 5632, 32768, 1, 16, 4096, 2, 16),
+    # A small model whose attention dominates on the CPU (rows of 4k, 4 heads x 32): the
+    # CPU/gloo measurement, with a cost model from `python -m varpack calibrate --model
+    # examples/train_ddp.py:cpu_model --capacity 4096 --device cpu`.
+    "cpu": Preset(2, 128, 4, 256, 4096, 2, 8, 512, 1, 8),
     # Tiny, on the CPU: every code path in seconds, no meaningful timing.
     "smoke": Preset(1, 32, 2, 64, 256, 2, 4, 24, 1, 3),
 }
@@ -81,6 +85,11 @@ def anchor_model():
     """The ANCHORS 542M model, for `python -m varpack calibrate --model examples/train_ddp.py:anchor_model`."""
     p = PRESETS["h200"]
     return make_model(p, seed=0)
+
+
+def cpu_model():
+    """The `cpu` preset's model, for calibration on the CPU."""
+    return make_model(PRESETS["cpu"], seed=0)
 
 
 def make_model(preset: Preset, seed: int):
@@ -208,6 +217,10 @@ def run_mode(mode: str, ddp, optimizer, initial: dict, samples: list, preset: Pr
     return {"steps": records, "balance": dict(ds.balance.stats),
             "mean_compute_imbalance": float(np.mean([r["compute_imbalance"] for r in records])),
             "total_max_compute_s": float(sum(max(r["rank_compute_s"]) for r in records)),
+            # Time-weighted: the slowest rank's compute over the mean rank's, summed over steps
+            # (a cheap step's imbalance costs little time; the plain mean counts it fully).
+            "compute_vs_even": float(sum(max(r["rank_compute_s"]) for r in records) /
+                                     sum(sum(r["rank_compute_s"]) / world for r in records)),
             "total_step_s": float(sum(r["step_s"] for r in records)),
             "mean_predicted_imbalance": float(np.mean([r["predicted_imbalance"] for r in records]))}
 
@@ -277,9 +290,10 @@ def main(argv=None) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=1))
         for mode, r in results["modes"].items():
-            log.info("%s: compute max/mean %.3f (predicted %.3f); over %d steps: slowest rank's compute %.3f s, "
-                     "steps %.3f s", mode, r["mean_compute_imbalance"], r["mean_predicted_imbalance"],
-                     len(r["steps"]), r["total_max_compute_s"], r["total_step_s"])
+            log.info("%s: compute max/mean %.3f per step (predicted %.3f), %.3f time-weighted; over %d steps: "
+                     "slowest rank's compute %.3f s, steps %.3f s", mode, r["mean_compute_imbalance"],
+                     r["mean_predicted_imbalance"], r["compute_vs_even"], len(r["steps"]), r["total_max_compute_s"],
+                     r["total_step_s"])
         log.info("cost-balanced vs token-balanced: step %.3fx, slowest compute %.3fx (world size %d, %s)",
                  results["cost_vs_token_step_speedup"], results["cost_vs_token_compute_speedup"], world,
                  results["device"])

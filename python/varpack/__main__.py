@@ -38,6 +38,7 @@ def load_factory(spec: str):
         sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
         loader = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(loader)
+        sys.modules[path.stem] = module  # dataclasses and pickling look a class's module up there
         loader.loader.exec_module(module)
     else:
         module = importlib.import_module(module_name)

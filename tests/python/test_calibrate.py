@@ -61,6 +61,15 @@ def test_command_calibrates_a_model_and_writes_a_loadable_cost_model(tmp_path, c
     assert varpack.balance_rows(plan, 2, 1, cost_model=model).num_steps > 0
 
 
+def test_model_spec_may_name_a_file(tmp_path):
+    # A file whose module defines a dataclass: it must be registered in sys.modules to load.
+    (tmp_path / "my_models.py").write_text(
+        "from __future__ import annotations\nimport dataclasses\n\n@dataclasses.dataclass\nclass C:\n"
+        "    x: int = 1\n\ndef build():\n    return C()\n")
+    from varpack.__main__ import load_factory
+    assert load_factory(f"{tmp_path / 'my_models.py'}:build")().x == 1
+
+
 def test_command_names_a_bad_model_spec(tmp_path, capsys):
     for spec, message in (("no_colon", "module:function"), ("test_calibrate:missing", "no function 'missing'"),
                           ("nowhere.py:f", "no file nowhere.py")):
