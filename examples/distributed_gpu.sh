@@ -23,17 +23,17 @@ source examples/build_extension.sh
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   build_extension || exit 1
   echo "== calibrate ($((SECONDS)) s)"
-  timeout 150 python3 -m varpack calibrate --model examples/train_ddp.py:anchor_model --capacity 32768 \
+  timeout 100 python3 -m varpack calibrate --model examples/train_ddp.py:anchor_model --capacity 32768 \
     --device cuda --autocast bf16 --out "$out/calibration.json"
   cost=(); [ -f "$out/calibration.json" ] && cost=(--cost-model "$out/calibration.json")
   echo "== train_ddp on $nproc_gpu GPU(s) ($((SECONDS)) s)"
-  timeout 200 python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc_gpu" examples/train_ddp.py --preset h200 \
+  timeout 150 python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc_gpu" examples/train_ddp.py --preset h200 \
     "${cost[@]}" --out "$out/ddp"
   echo "== simulator ($((SECONDS)) s)"
-  timeout 120 python3 bench/balance/simulate_steps.py --ranks 8,64,1024 --k 1,2,4 --steps 64 --window 64 \
+  timeout 90 python3 bench/balance/simulate_steps.py --ranks 8,64,1024 --k 2 --steps 64 --window 16 \
     "${cost[@]}" | tee "$out/simulate.md"
   echo "== context parallelism, 64k tokens over $nproc_gpu GPU(s) ($((SECONDS)) s)"
-  timeout 120 python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc_gpu" bench/distributed/cp_bench.py --length 65536 \
+  timeout 90 python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc_gpu" bench/distributed/cp_bench.py --length 65536 \
     | tee "$out/cp.txt"
   echo "== done ($((SECONDS)) s)"
 } 2>&1 | tee "$out/run.log"
