@@ -1,7 +1,8 @@
-# Sourced by the GPU benchmark scripts (gpu_benchmark.sh, vla_benchmark.sh), from the repository
-# root: builds varpack's extension in place with its CUDA kernels (it needs only torch, a C++
-# compiler and nvcc); if that build fails, a CPU-only one, so the torch-only modes still run and the varpack modes say
-# "not available". BUILD=0 skips the build (the extension is already built in place).
+# Sourced by the GPU scripts in examples/ (gpu_benchmark.sh, vla_benchmark.sh, distributed_gpu.sh)
+# from the repository root: defines build_extension, which builds varpack's extension in place with
+# its CUDA kernels (it needs only torch, a C++ compiler and nvcc), or, if that build fails, a
+# CPU-only one, so the torch-only modes still run and the varpack modes say "not available".
+# BUILD=0 skips the build (the extension is already built in place).
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python MAX_JOBS=${MAX_JOBS:-$(nproc)}
 
 # Prints what it did; returns non-zero only if not even the CPU-only build succeeded. The

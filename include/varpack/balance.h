@@ -74,8 +74,9 @@ struct RankAssignment {
   }
 };
 
-// The cost of each row of `plan` under varlen attention: the sum of model.cost(piece length) over
-// its pieces. Throws varpack::Error for a negative or non-finite alpha or beta.
+// The cost of each row of `plan` under varlen attention: model.overhead (c, once per row) plus the
+// sum of model.cost(piece length) over its pieces. Throws varpack::Error for a negative or
+// non-finite alpha, beta or overhead.
 std::vector<double> row_costs(const PackPlan& plan, const CostModel& model);
 
 // Assigns rows with the given costs to ranks, step by step (see BalanceOptions). Throws

@@ -1,7 +1,10 @@
-// The compute cost model behind `varpack stats` and the strategy comparison: a sample (or padded
-// row) of n tokens costs alpha * n + beta * n^2 (the linear part: projections and MLP; the
-// quadratic part: attention). With varlen attention a packed row costs the sum over its samples,
-// since attention never crosses them; a padded row of width W costs alpha * W + beta * W^2.
+// The compute cost model behind `varpack stats`, the strategy comparison and the rank balancer: a
+// row (one forward + backward call) costs c + the sum over its sequences of alpha * n + beta * n^2
+// (c: the fixed cost of a call; the linear part: projections and MLP; the quadratic part:
+// attention). With varlen attention a packed row's sequences are its samples, since attention
+// never crosses them; a padded row of width W is one sequence of W tokens. The same three numbers
+// are fitted on the user's model and GPU by `python -m varpack calibrate` (varpack/calibrate.py),
+// saved as JSON and read back by `varpack stats --cost-model` (src/cli/cost_model_file.cpp).
 #pragma once
 
 #include <cstdint>
@@ -16,22 +19,29 @@ namespace varpack {
 struct CostModel {
   // Defaults: the fit in ANCHORS.md ("Cost of a packed row depends on what is in it"), forward +
   // backward of a 542M-parameter Llama-style decoder on an H200: t = 3.4 ms + 7.26 us per token +
-  // 351 ps per token^2. The 3.4 ms per step is left out: every strategy pays it once per step.
-  // Units are seconds on that model; only ratios between strategies carry over to others.
+  // 351 ps per token^2. The default leaves the 3.4 ms out (overhead 0): that fit was made on one
+  // row per step, so it cannot say what a row costs when a step runs several. Units are seconds
+  // on that model; only ratios between strategies carry over to others.
   double alpha = 7.26e-6;   // seconds per token
   double beta = 351e-12;    // seconds per token^2
+  double overhead = 0;      // c: seconds per row (per forward + backward call), whatever it holds
 
+  // One sequence's share, without the row's overhead.
   double cost(int64_t tokens) const {
     const auto n = static_cast<double>(tokens);
     return alpha * n + beta * n * n;
   }
 };
 
+// Throws varpack::Error unless alpha, beta and overhead are finite, >= 0 and not all 0.
+void check_cost_model(const CostModel& model);
+
 // Compute of a plan whose rows are padded rectangles (fixed or dynamic padding): the sum over
-// rows of cost(row width).
+// rows of overhead + cost(row width).
 double padded_compute(const PackPlan& plan, const CostModel& model);
 
-// Compute of a plan run with varlen attention: the sum over pieces of cost(piece length).
+// Compute of a plan run with varlen attention: overhead per row plus the sum over pieces of
+// cost(piece length).
 double varlen_compute(const PackPlan& plan, const CostModel& model);
 
 struct StrategyCost {

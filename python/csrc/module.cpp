@@ -208,8 +208,8 @@ py::dict balance_stats_dict(const varpack::BalanceStats& s) {
   return d;
 }
 
-py::array_t<double> row_costs(const varpack::PackPlan& plan, double alpha, double beta) {
-  const std::vector<double> costs = varpack::row_costs(plan, varpack::CostModel{alpha, beta});
+py::array_t<double> row_costs(const varpack::PackPlan& plan, double alpha, double beta, double overhead) {
+  const std::vector<double> costs = varpack::row_costs(plan, varpack::CostModel{alpha, beta, overhead});
   return py::array_t<double>(static_cast<py::ssize_t>(costs.size()), costs.data());
 }
 
@@ -321,7 +321,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("restart_positions_per_piece"));
   const varpack::CostModel default_model;
   m.def("row_costs", &row_costs, py::arg("plan"), py::arg("alpha") = default_model.alpha,
-        py::arg("beta") = default_model.beta);
+        py::arg("beta") = default_model.beta, py::arg("overhead") = default_model.overhead);
   m.def("balance_rows", &balance_rows, py::arg("costs"), py::arg("ranks"), py::arg("rows_per_rank"),
         py::arg("drop_last"), py::arg("method"), py::arg("window_steps"));
   m.def("select_rows", &select_rows, py::arg("plan"), py::arg("rows"));

@@ -4,13 +4,15 @@ Sequence packing (plan rows from lengths, build packed batches) and variable-len
 (flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core;
 a numpy reader of the packed binary format (PackedFile); memory-mapped token-file readers
 (read_tokens: .npy + offsets, Megatron .bin/.idx; token_lengths: their lengths alone); BalancedPackedDataset, a data-parallel dataset
-of packed rows balanced by cost across ranks.
+of packed rows balanced by cost across ranks; CostModel, the row cost they balance (fitted by
+python -m varpack calibrate); varpack.context_parallel for samples longer than one rank holds.
 """
 
 import torch  # noqa: F401  libtorch must be loaded before the extension that links against it
 
 from . import _C  # noqa: F401  the C++ core; loading it registers the torch.ops.varpack operators
 from .attention import flash_attn_varlen_func
+from .auto import CostModel
 from .balance import Balance, balance_rows, row_costs, select_rows
 from .balanced_dataset import BalancedPackedDataset
 from .collator import PackedStream, PackingCollator
@@ -20,6 +22,6 @@ from .token_files import TokenFile, read_tokens, token_lengths
 
 __version__ = "0.1.0"
 
-__all__ = ["Balance", "BalancedPackedDataset", "PackedFile", "PackedFileError", "PackedRow", "PackedStream",
+__all__ = ["Balance", "BalancedPackedDataset", "CostModel", "PackedFile", "PackedFileError", "PackedRow", "PackedStream",
            "PackingCollator", "Plan", "TokenFile", "balance_rows", "build_batch", "flash_attn_varlen_func", "plan",
            "read_tokens", "row_costs", "select_rows", "token_lengths"]

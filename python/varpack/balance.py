@@ -101,26 +101,28 @@ class Balance:
                 f"step_time/ideal={s['step_time'] / s['ideal_step_time'] if s['ideal_step_time'] else 1.0:.4f})")
 
 
-def _model_coefficients(cost_model) -> tuple[float, float]:
-    # Any object with alpha and beta (varpack.auto.CostModel, fitted on the device, has them). Its
-    # overhead, if any, is paid once per rank and step whatever the rows, so it cannot change
-    # which rank is slowest and is left out.
+def _model_coefficients(cost_model) -> tuple[float, float, float]:
+    # Any object with alpha and beta, and optionally overhead (varpack.CostModel, from
+    # varpack.calibrate or varpack.auto.fit_cost_model, has all three). The overhead is paid once
+    # per row: with the same rows per rank it moves every rank's cost alike, but it counts where
+    # ranks run different numbers of rows (a partial last step) and in the step time.
     if not (hasattr(cost_model, "alpha") and hasattr(cost_model, "beta")):
-        raise TypeError(f"cost_model must have alpha and beta (e.g. varpack.auto.CostModel), "
+        raise TypeError(f"cost_model must have alpha and beta (e.g. varpack.CostModel), "
                         f"got {type(cost_model).__name__}")
-    return float(cost_model.alpha), float(cost_model.beta)
+    return float(cost_model.alpha), float(cost_model.beta), float(getattr(cost_model, "overhead", 0.0))
 
 
 def row_costs(plan: Plan, cost_model=None) -> np.ndarray:
-    """float64 [rows]: each row's cost with varlen attention, the sum over its pieces of
-    alpha * n + beta * n^2. cost_model: an object with alpha and beta (varpack.auto.CostModel), or
-    None for the core's default (the fit of a 542M-parameter decoder on an H200, in seconds)."""
+    """float64 [rows]: each row's cost with varlen attention, overhead + the sum over its pieces
+    of alpha * n + beta * n^2. cost_model: a varpack.CostModel (or any object with alpha, beta and
+    optionally overhead), or None for the core's default (the fit of a 542M-parameter decoder on
+    an H200, in seconds, without the overhead)."""
     if not isinstance(plan, Plan):
         raise TypeError(f"plan must be a varpack.Plan (from varpack.plan), got {type(plan).__name__}")
     if cost_model is None:
         return _C.row_costs(plan._native)
-    alpha, beta = _model_coefficients(cost_model)
-    return _C.row_costs(plan._native, alpha, beta)
+    alpha, beta, overhead = _model_coefficients(cost_model)
+    return _C.row_costs(plan._native, alpha, beta, overhead)
 
 
 def balance_rows(rows, ranks: int, rows_per_rank: int, *, drop_last: bool = True, cost_model=None,

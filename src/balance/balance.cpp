@@ -85,16 +85,20 @@ bool assign_lpt_or_round_robin(std::span<const double> c, std::span<const int64_
 }  // namespace
 
 std::vector<double> row_costs(const PackPlan& plan, const CostModel& model) {
-  if (!(model.alpha >= 0) || !(model.beta >= 0) || !std::isfinite(model.alpha) || !std::isfinite(model.beta))
-    throw Error("balance: the cost model needs finite alpha >= 0 and beta >= 0 (got alpha " +
-                std::to_string(model.alpha) + ", beta " + std::to_string(model.beta) + ")");
+  // alpha = beta = 0 is allowed here (only the overhead, or nothing, to balance), unlike in
+  // check_cost_model, which guards a strategy comparison against a model that predicts nothing.
+  const auto ok = [](double x) { return x >= 0 && std::isfinite(x); };
+  if (!ok(model.alpha) || !ok(model.beta) || !ok(model.overhead))
+    throw Error("balance: the cost model needs finite alpha, beta and overhead >= 0 (got alpha " +
+                std::to_string(model.alpha) + ", beta " + std::to_string(model.beta) + ", overhead " +
+                std::to_string(model.overhead) + ")");
   const int64_t rows = plan.rows();
   if (static_cast<int64_t>(plan.row_begin.size()) != rows + 1 ||
       plan.row_begin.back() != static_cast<int64_t>(plan.pieces.size()))
     throw Error("balance: the plan is inconsistent (row_begin has " + std::to_string(plan.row_begin.size()) +
                 " entries for " + std::to_string(rows) + " rows and " + std::to_string(plan.pieces.size()) +
                 " pieces); pass a plan made by plan_packing");
-  std::vector<double> costs(static_cast<size_t>(rows), 0.0);
+  std::vector<double> costs(static_cast<size_t>(rows), model.overhead);
   for (int64_t r = 0; r < rows; ++r)
     for (const Piece& p : plan.row(r)) costs[r] += model.cost(p.length);
   return costs;

@@ -30,6 +30,7 @@ struct StatsArgs {
   int64_t batch_size = 8;
   double alpha = 0;  // set from the cost model's defaults in main()
   double beta = 0;
+  std::string cost_model;  // a calibration JSON file; replaces alpha and beta when given
   std::string algorithm = "bfd";
   std::string overlong = "error";
 };

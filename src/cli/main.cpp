@@ -81,6 +81,9 @@ int main(int argc, char** argv) {
   stats_cmd->add_option("--beta", stats.beta,
                         "cost per token^2 of one sample's attention (seconds; same fit)")
       ->capture_default_str();
+  stats_cmd->add_option("--cost-model", stats.cost_model,
+                        "a cost model fitted on your model and GPU (JSON from `python -m varpack "
+                        "calibrate`): its alpha, beta and per-row overhead replace --alpha/--beta");
   stats_cmd->add_option("--batch-size,-B", stats.batch_size,
                         "samples per batch for the dynamic padding baseline")
       ->capture_default_str();
@@ -90,8 +93,9 @@ int main(int argc, char** argv) {
                         "samples longer than L: error | truncate | split")
       ->capture_default_str();
   stats_cmd->footer(
-      "Cost model: a sample (or padded row) of n tokens costs alpha*n + beta*n^2. Padded "
-      "strategies pay it on the padded width; packing with varlen attention pays it per sample.");
+      "Cost model: a sample (or padded row) of n tokens costs alpha*n + beta*n^2, and each row a "
+      "fixed overhead c (0 unless --cost-model gives one). Padded strategies pay it on the padded "
+      "width; packing with varlen attention pays it per sample.");
 
   try {
     app.parse(argc, argv);

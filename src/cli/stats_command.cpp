@@ -7,6 +7,7 @@
 #include <string>
 
 #include "commands.h"
+#include "cost_model_file.h"
 #include "input.h"
 #include "varpack/cost_model.h"
 #include "varpack/error.h"
@@ -73,15 +74,16 @@ void print_strategy_table(const StrategyComparison& comparison) {
                 100 * s.saving_vs_fixed, std::string(s.description).c_str());
   }
   std::printf("\nslots: tokens plus padding. cost model: a sample (or padded row) of n tokens "
-              "costs alpha*n + beta*n^2 seconds with alpha %.4g, beta %.4g (--alpha, --beta); "
-              "packed rows use varlen attention, so each sample pays its own n^2.\n",
-              model.alpha, model.beta);
+              "costs alpha*n + beta*n^2 seconds with alpha %.4g, beta %.4g, plus %.4g per row "
+              "(--alpha, --beta, --cost-model); packed rows use varlen attention, so each sample "
+              "pays its own n^2.\n",
+              model.alpha, model.beta, model.overhead);
 }
 
 int run_stats(const StatsArgs& args) {
   require_positive(args.capacity, "--capacity", "tokens per row");
   require_positive(args.batch_size, "--batch-size", "samples per batch for dynamic padding");
-  if (!(args.alpha >= 0) || !(args.beta >= 0) || args.alpha + args.beta <= 0) {
+  if (args.cost_model.empty() && (!(args.alpha >= 0) || !(args.beta >= 0) || args.alpha + args.beta <= 0)) {
     throw Error("--alpha and --beta must be >= 0 and not both 0 (the cost of a sample of n "
                 "tokens is alpha*n + beta*n^2)");
   }
@@ -93,6 +95,7 @@ int run_stats(const StatsArgs& args) {
   CostModel model;
   model.alpha = args.alpha;
   model.beta = args.beta;
+  if (!args.cost_model.empty()) model = read_cost_model(args.cost_model);
 
   const std::vector<int64_t> lengths =
       load_lengths(args.input, options.overlong == OverlongPolicy::error ? options.capacity : 0,

@@ -2,20 +2,30 @@
 #include "varpack/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "varpack/error.h"
 
 namespace varpack {
 
+void check_cost_model(const CostModel& model) {
+  const auto ok = [](double x) { return x >= 0 && std::isfinite(x); };
+  if (!ok(model.alpha) || !ok(model.beta) || !ok(model.overhead) ||
+      model.alpha + model.beta + model.overhead <= 0)
+    throw Error("the cost model needs finite alpha >= 0, beta >= 0 and overhead >= 0, not all 0 "
+                "(got alpha " + std::to_string(model.alpha) + ", beta " + std::to_string(model.beta) +
+                ", overhead " + std::to_string(model.overhead) + ")");
+}
+
 double padded_compute(const PackPlan& plan, const CostModel& model) {
   double total = 0;
-  for (const int64_t width : plan.row_width) total += model.cost(width);
+  for (const int64_t width : plan.row_width) total += model.overhead + model.cost(width);
   return total;
 }
 
 double varlen_compute(const PackPlan& plan, const CostModel& model) {
-  double total = 0;
+  double total = model.overhead * static_cast<double>(plan.rows());
   for (const Piece& p : plan.pieces) total += model.cost(p.length);
   return total;
 }
@@ -45,9 +55,7 @@ int64_t width_sum(const PackPlan& plan) {
 
 StrategyComparison compare_strategies(std::span<const int64_t> lengths, const PackOptions& options,
                                       const CostModel& model) {
-  if (!(model.alpha >= 0) || !(model.beta >= 0) || model.alpha + model.beta <= 0)
-    throw Error("the cost model needs alpha >= 0 and beta >= 0, not both 0 (got alpha " +
-                std::to_string(model.alpha) + ", beta " + std::to_string(model.beta) + ")");
+  check_cost_model(model);
   if (options.algorithm == Algorithm::none || options.algorithm == Algorithm::dynamic)
     throw Error("compare_strategies packs with options.algorithm, which must be a packer (ffd, bfd "
                 "or histogram), not '" + std::string(to_string(options.algorithm)) + "'");

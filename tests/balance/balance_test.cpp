@@ -63,6 +63,7 @@ TEST(Balance, ErrorsNameTheParameter) {
   const PackPlan plan = plan_packing(std::vector<int64_t>{3, 4}, PackOptions{});
   EXPECT_NE(error_of([&] { row_costs(plan, CostModel{-1.0, 0.0}); }).find("alpha"), std::string::npos);
   EXPECT_NE(error_of([&] { row_costs(plan, CostModel{0.0, std::nan("")}); }).find("beta"), std::string::npos);
+  EXPECT_NE(error_of([&] { row_costs(plan, CostModel{1.0, 0.0, -1.0}); }).find("overhead"), std::string::npos);
 }
 
 TEST(Balance, MethodNames) {
@@ -288,6 +289,11 @@ TEST(Balance, RowCostsOfAPlan) {
     total += costs[r];
   }
   EXPECT_DOUBLE_EQ(total, varlen_compute(plan, m));
+  // The per-row constant c is paid once per row, whatever the row holds.
+  const CostModel with_c{2.0, 0.5, 7.0};
+  const std::vector<double> costs_c = row_costs(plan, with_c);
+  for (int64_t r = 0; r < plan.rows(); ++r) EXPECT_DOUBLE_EQ(costs_c[r], costs[r] + 7.0) << "row " << r;
+  EXPECT_DOUBLE_EQ(varlen_compute(plan, with_c), varlen_compute(plan, m) + 7.0 * static_cast<double>(plan.rows()));
 }
 
 TEST(Balance, PlanOfTheLongProfileBalancesBetterThanRoundRobin) {

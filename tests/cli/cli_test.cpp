@@ -194,6 +194,24 @@ TEST(Cli, StatsComparesTheFourStrategies) {
   EXPECT_EQ(dir.listing(), (std::vector<std::string>{"in.jsonl"}));
 }
 
+TEST(Cli, StatsTakesACalibratedCostModel) {
+  TempDir dir;
+  write_random_input(dir.file("in.jsonl"), 50, 300, 5);
+  write_file(dir.file("cal.json"), R"({"alpha": 2, "beta": 0.5, "overhead": 100, "device": "x"})");
+  const Result r = run({"stats", "in.jsonl", "-L", "512", "--cost-model", "cal.json"}, dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("alpha 2, beta 0.5, plus 100 per row"), std::string::npos) << r.out;
+  write_file(dir.file("bad.json"), R"({"alpha": 2, "overhead": 1})");
+  const Result missing = run({"stats", "in.jsonl", "-L", "512", "--cost-model", "bad.json"}, dir);
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("bad.json: the cost model has no \"beta\""), std::string::npos) << missing.err;
+  write_file(dir.file("neg.json"), R"({"alpha": 2, "beta": 1, "overhead": -1})");
+  const Result negative = run({"stats", "in.jsonl", "-L", "512", "--cost-model", "neg.json"}, dir);
+  EXPECT_EQ(negative.status, 1);
+  EXPECT_NE(negative.err.find("neg.json: "), std::string::npos) << negative.err;
+  EXPECT_NE(negative.err.find("overhead"), std::string::npos) << negative.err;
+}
+
 TEST(Cli, PackAcceptsAProfileAsInput) {
   TempDir dir;
   const Result r = run({"pack", "profile:report", "-L", "4096", "-o", "p.bin"}, dir);

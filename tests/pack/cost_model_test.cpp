@@ -23,6 +23,14 @@ TEST(CostModel, CostOfRowsAndPieces) {
   ASSERT_EQ(plan.rows(), 2);
   EXPECT_DOUBLE_EQ(padded_compute(plan, m), 2 * m.cost(10));
   EXPECT_DOUBLE_EQ(varlen_compute(plan, m), m.cost(6) + m.cost(4) + m.cost(3));
+  // The overhead c is paid once per row (one call), padded or packed.
+  const CostModel c{2.0, 0.5, 3.0};
+  EXPECT_DOUBLE_EQ(padded_compute(plan, c), 2 * (3.0 + m.cost(10)));
+  EXPECT_DOUBLE_EQ(varlen_compute(plan, c), 2 * 3.0 + m.cost(6) + m.cost(4) + m.cost(3));
+  EXPECT_THROW(check_cost_model(CostModel{1.0, 0.0, -1.0}), Error);
+  EXPECT_THROW(check_cost_model(CostModel{0.0, 0.0, 0.0}), Error);
+  EXPECT_NO_THROW(check_cost_model(CostModel{0.0, 0.0, 1.0}));  // only a per-row cost: counts rows
+  EXPECT_NO_THROW(check_cost_model(c));
 }
 
 TEST(CostModel, ComparisonOfTheFourStrategies) {

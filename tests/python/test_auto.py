@@ -139,3 +139,18 @@ def test_multimodal_chooser_sums_both_towers(caplog):
         chooser.choose([4], [])
     with pytest.raises(ValueError, match="cannot hold"):
         chooser.choose(images, samples, image_slots=1, image_width=100)
+
+def test_cost_model_saves_and_loads_as_json(tmp_path):
+    model = CostModel(alpha=7.26e-6, beta=3.51e-10, overhead=3.38e-3)
+    path = tmp_path / "calibration.json"
+    model.save(path, device="test", points=[[[1, 2], 0.5]])
+    assert CostModel.load(path) == model
+    assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]  # no temporary left behind
+    (tmp_path / "bad.json").write_text('{"alpha": 1e-6, "overhead": 0}')
+    with pytest.raises(ValueError, match="bad.json: the cost model has no 'beta'"):
+        CostModel.load(tmp_path / "bad.json")
+    (tmp_path / "neg.json").write_text('{"alpha": 1e-6, "beta": -1}')
+    with pytest.raises(ValueError, match="neg.json: 'beta' is -1"):
+        CostModel.load(tmp_path / "neg.json")
+    with pytest.raises(ValueError, match="may not override"):
+        model.save(path, alpha=1)

@@ -43,9 +43,9 @@ def long_plan(rng):
 def test_row_costs_match_a_numpy_sum_over_pieces(long_plan):
     for model in (None, CostModel(alpha=2e-6, beta=5e-10, overhead=1.0)):
         costs = varpack.row_costs(long_plan, model)
-        alpha, beta = (7.26e-6, 351e-12) if model is None else (model.alpha, model.beta)
+        alpha, beta, c = (7.26e-6, 351e-12, 0.0) if model is None else (model.alpha, model.beta, model.overhead)
         n = long_plan.pieces[:, 2].astype(np.float64)
-        want = np.add.reduceat(alpha * n + beta * n * n, long_plan.row_begin[:-1])
+        want = c + np.add.reduceat(alpha * n + beta * n * n, long_plan.row_begin[:-1])
         np.testing.assert_allclose(costs, want, rtol=1e-12)
 
 

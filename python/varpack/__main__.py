@@ -1,0 +1,91 @@
+"""`python -m varpack calibrate`: the Python side of varpack's command line, for what needs a
+PyTorch model (the C++ `varpack` command packs and reports without one). It writes the cost
+model that `varpack stats --cost-model FILE`, varpack.CostModel.load and the balancer read.
+
+    python -m varpack calibrate --model my_pkg.models:build --capacity 16384 --out calibration.json
+    python -m varpack calibrate --model examples/train_ddp.py:anchor_model --capacity 32768 \\
+        --device cuda --autocast bf16 --out calibration.json
+
+--model names a function returning the model (module:function, or path/to/file.py:function); it
+is called with no arguments and the model is moved to --device. Exit status 1 with one
+"varpack: error:" line for bad input, 2 for bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import pathlib
+import sys
+
+import torch
+
+from .calibrate import calibrate, row_compositions
+
+AUTOCAST = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_factory(spec: str):
+    """The function named by "module:function" or "path/to/file.py:function"."""
+    module_name, _, function = spec.rpartition(":")
+    if not module_name or not function:
+        raise ValueError(f"--model {spec!r}: give module:function or path/to/file.py:function")
+    if module_name.endswith(".py"):
+        path = pathlib.Path(module_name)
+        if not path.is_file():
+            raise ValueError(f"--model {spec!r}: no file {path}")
+        sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
+        loader = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[path.stem] = module  # dataclasses and pickling look a class's module up there
+        loader.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    factory = getattr(module, function, None)
+    if not callable(factory):
+        raise ValueError(f"--model {spec!r}: {module_name} has no function {function!r}")
+    return factory
+
+
+def calibrate_command(args) -> int:
+    device = torch.device(args.device)
+    model = load_factory(args.model)().to(device)
+    model.train()
+    result = calibrate(model, args.capacity, device=device, autocast=AUTOCAST[args.autocast],
+                       repeats=args.repeats, warmup=args.warmup,
+                       compositions=row_compositions(args.capacity, args.min_length))
+    result.save(args.out)
+    m = result.cost_model
+    print(f"{args.out}: cost per row = {m.overhead * 1e3:.3f} ms + {m.alpha * 1e6:.4g} us/token + "
+          f"{m.beta * 1e12:.4g} ps/token^2 ({result.device}, {len(result.points)} rows)")
+    for (lengths, seconds), error in zip(result.points, result.residuals()):
+        print(f"  {len(lengths):3d} x {lengths[0]:6d} tokens: {seconds * 1e3:9.2f} ms  (fit {error:+.1%})")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m varpack", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    cal = commands.add_parser("calibrate", help="time packed rows on your model and device and fit "
+                              "c + alpha*tokens + beta*sum(len^2) per row",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cal.add_argument("--model", required=True, help="module:function or file.py:function returning the model")
+    cal.add_argument("--capacity", type=int, required=True, help="tokens per packed row, as in training")
+    cal.add_argument("--out", default="calibration.json", help="the cost model's JSON (default: %(default)s)")
+    cal.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    cal.add_argument("--autocast", choices=sorted(AUTOCAST), default="bf16" if torch.cuda.is_available() else "none")
+    cal.add_argument("--repeats", type=int, default=3, help="timed runs per row (the median counts)")
+    cal.add_argument("--warmup", type=int, default=1, help="untimed runs per row first")
+    cal.add_argument("--min-length", type=int, default=16, help="shortest sample in a timed row")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return calibrate_command(args)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"varpack: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
