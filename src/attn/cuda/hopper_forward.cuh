@@ -6,7 +6,8 @@
 // every thread (which zero-fills the keys past its end); either completes on the stage's mbarrier.
 // S = Q K^T reads both operands from shared memory, and O += P V takes P from registers, so P never
 // leaves the multiprocessor's registers. The warpgroups run independently between barriers, so
-// one's softmax overlaps another's matrix products.
+// one's softmax overlaps another's matrix products; at d128 each warpgroup issues tile t's
+// S = Q K^T together with tile t - 1's O += P V and runs tile t's softmax while the latter does.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,9 +26,13 @@
 
 namespace varpack::cuda {
 
-// kPingPong: warpgroup w > 0 starts its S = Q K^T only when warpgroup w - 1's is done, so the
-// warpgroups' softmax phases interleave with each other's matrix products.
-template <int D, int Warpgroups, int BlockN, bool PingPong = false, int Stages = 2>
+// kPingPong: warpgroup w > 0 starts its S = Q K^T only when warpgroup w - 1 has issued its
+// products, so the warpgroups' softmax phases interleave with each other's matrix products.
+// kOverlap: inside a warpgroup, tile t's S = Q K^T and tile t - 1's O += P V are issued together
+// and tile t's softmax runs while O += P V does (a stage then stays in use one tile longer, so it
+// takes three stages for the same one-tile prefetch).
+template <int D, int Warpgroups, int BlockN, bool PingPong = false, int Stages = 2,
+          bool Overlap = false>
 struct HopperForwardTile {
   static constexpr int kD = D;
   static constexpr int kWarpgroups = Warpgroups;
@@ -36,6 +41,8 @@ struct HopperForwardTile {
   static constexpr int kBlockM = Warpgroups * 64;
   static constexpr int kBlockN = BlockN;
   static constexpr int kStages = Stages;
+  static constexpr bool kOverlap = Overlap;
+  static_assert(Stages >= (Overlap ? 3 : 2), "a stage is in use for 1 (2 with Overlap) tiles");
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
   // Q, then K and V per stage, from a 1024-byte boundary (the swizzle's period); then each
@@ -53,8 +60,16 @@ struct HopperForwardTile {
 // call-to-call spread and with spills at d64, so not kept. Before TMA (experiments/tile_shapes.cu),
 // ping-pong 284 / 409 / 445 against 268 / 393 / 434 without, and one warpgroup with 64-key tiles
 // (two blocks per multiprocessor) 273 / 356 / 365.
+// d128 overlaps softmax with O += P V inside each warpgroup (three stages), without ping-pong.
+// experiments/tile_shapes.cu, one call (2026-12-01 04:00 UTC; 64 x 1k / 16 x 4k / 4 x 16k / mixed
+// lengths, TFLOP/s): overlap 308 / 492 / 538 / 412; overlap + ping-pong 315 / 480 / 521 / 404;
+// without overlap, ping-pong (the previous library shape) 313 / 462 / 517 / 392 and no ping-pong
+// 309 / 486 / 531 / 406. d64 does not overlap: with 3 warpgroups (168 registers per thread) it
+// spills 44-192 bytes.
 template <int D>
-struct HopperForwardConfig : HopperForwardTile<D, D == 64 ? 3 : 2, 128, true> {};
+struct HopperForwardConfig
+    : std::conditional_t<D == 64, HopperForwardTile<64, 3, 128, true, 2, false>,
+                         HopperForwardTile<D, 2, 128, false, 3, true>> {};
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -114,8 +129,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
   cp_async_commit();
   __syncthreads();  // the barriers are initialized
-  // Tiles 0 .. kStages - 2 ahead; tile 0's arrivals wait for Q's copies too.
-  for (int t = 0; t < kStages - 1 && t < num_tiles; ++t) load_kv(t);
+  // A stage is in use for kLag iterations from its wait: the next tile's refill targets the stage
+  // of tile t - kLag. Tiles 0 .. kStages - kLag - 1 go ahead; tile 0's arrivals wait for Q's too.
+  constexpr int kLag = Cfg::kOverlap ? 2 : 1;
+  for (int t = 0; t < kStages - kLag && t < num_tiles; ++t) load_kv(t);
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wg = warp / 4;
@@ -134,21 +151,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const RowVisibility vis =
       row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  // P of the last tile softmax went through, as the A operand of O += P V.
+  uint32_t pf[kBN / 16][4];
 
-  for (int t = 0; t < num_tiles; ++t) {
-    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+  // Waits for tile t's stage, refills the stage of tile t - kLag (every warpgroup is done with it
+  // once all have passed the block-wide barrier), and waits for this warpgroup's turn to issue.
+  auto begin_tile = [&](int t) {
     mbarrier_wait(stage_full(t), (t / kStages) & 1);
     fence_proxy_async();  // cp.async writes (Q, a partial tile) before wgmma reads them
-    // Every warpgroup is done with tile t - 1, whose stage tile t + kStages - 1 refills.
     __syncthreads();
-    if (t + kStages - 1 < num_tiles) load_kv(t + kStages - 1);
-    const uint32_t stage = (t % kStages) * KvTile::kBytes;
-
+    if (t + kStages - kLag < num_tiles) load_kv(t + kStages - kLag);
     if constexpr (Cfg::kPingPong) {
       if (wg > 0) named_barrier_sync(wg, 256);
     }
-    float s[kBN / 2];
+  };
+  auto end_turn = [&] {
+    if constexpr (Cfg::kPingPong) {
+      if (wg + 1 < Cfg::kWarpgroups) named_barrier_arrive(wg + 1, 256);
+    }
+  };
+  // Issues S = Q K^T for tile t as one wgmma group (after a fence covering o and pf too).
+  auto issue_s = [&](int t, float (&s)[kBN / 2]) {
+    const uint32_t stage = (t % kStages) * KvTile::kBytes;
     pin_registers(s);
+    pin_registers(o);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -158,12 +184,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       Wgmma<T, kBN>::template ss<0, 0>(s, dq, dk, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    pin_registers(s);
-    if constexpr (Cfg::kPingPong) {
-      if (wg + 1 < Cfg::kWarpgroups) named_barrier_arrive(wg + 1, 256);
+  };
+  // Issues O += P V for tile t (P in pf, fenced by the caller) as one wgmma group.
+  auto issue_pv = [&](int t) {
+    const uint32_t stage = (t % kStages) * KvTile::kBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint64_t dv = gmma_desc(sV + stage + kk * 16 * 128, KvTile::kBlockBytes, 1024);
+      Wgmma<T, D>::template rs<1>(o, pf[kk], dv, 1);
     }
-
+    wgmma_commit();
+  };
+  // P of key octet i, row half r into pf: the accumulator layout of key octets 2kk and 2kk + 1 is
+  // the A layout of k-step kk.
+  auto pack_pair = [&](const float (&s)[kBN / 2], int i, int r) {
+    pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
+  };
+  // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha is what
+  // O must be scaled by. Without kOverlap it also scales O and fills pf.
+  auto softmax = [&](int t, float (&s)[kBN / 2], float (&alpha)[2]) {
+    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) s[i] = raw_score<kSoftcap>(s[i], p.softmax_scale, p.softcap);
@@ -181,8 +221,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (j < vis.begin + delta || j >= vis.end + delta || j >= k_len) s[4 * i + c] = -INFINITY;
         }
     }
-
-    uint32_t pf[kBN / 16][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -193,34 +231,87 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float m_new = fmaxf(row_max[r], mx);
       // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
       const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
-      const float alpha = fast_exp2(row_max[r] * c_log2 - m_use);
+      alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
       row_max[r] = m_new;
-      row_sum[r] *= alpha;
+      row_sum[r] *= alpha[r];
+      if constexpr (!Cfg::kOverlap) {  // no product into O in flight (fewer live registers)
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[4 * i + 2 * r] *= alpha;
-        o[4 * i + 2 * r + 1] *= alpha;
+        for (int i = 0; i < D / 8; ++i) {
+          o[4 * i + 2 * r] *= alpha[r];
+          o[4 * i + 2 * r + 1] *= alpha[r];
+        }
       }
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
-        const float p0 = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-        const float p1 = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
-        row_sum[r] += p0 + p1;
-        // The accumulator layout of key octets 2kk and 2kk + 1 is the A layout of k-step kk.
-        pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(p0, p1);
+        s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+        s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+        row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+        if constexpr (!Cfg::kOverlap) pack_pair(s, i, r);
       }
     }
-
+  };
+  // With kOverlap, once O's pending product has landed: O *= alpha and P into pf (without it,
+  // softmax does both as it goes, with fewer registers live).
+  auto rescale_and_pack = [&](const float (&s)[kBN / 2], const float (&alpha)[2]) {
     pin_registers(o);
-    wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint64_t dv = gmma_desc(sV + stage + kk * 16 * 128, KvTile::kBlockBytes, 1024);
-      Wgmma<T, D>::template rs<1>(o, pf[kk], dv, 1);
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[4 * i + c] *= alpha[c / 2];
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) pack_pair(s, i, r);
+  };
+
+  if constexpr (Cfg::kOverlap) {
+    // Tile t's S = Q K^T and tile t - 1's O += P V go out together; tile t's softmax runs while
+    // the latter does. Tile 0 has no product before it, so it is peeled off: a wgmma issued on a
+    // divergent path makes ptxas serialize them all.
+    if (num_tiles > 0) {
+      float s[kBN / 2], alpha[2];
+      begin_tile(0);
+      issue_s(0, s);
+      end_turn();
+      wgmma_wait<0>();
+      pin_registers(s);
+      softmax(0, s, alpha);
+      rescale_and_pack(s, alpha);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin_registers(o);
+    for (int t = 1; t < num_tiles; ++t) {
+      float s[kBN / 2], alpha[2];
+      begin_tile(t);
+      issue_s(t, s);
+      issue_pv(t - 1);
+      end_turn();
+      wgmma_wait<1>();
+      pin_registers(s);
+      softmax(t, s, alpha);
+      wgmma_wait<0>();
+      rescale_and_pack(s, alpha);
+    }
+    if (num_tiles > 0) {
+      pin_registers(o);
+      wgmma_fence();
+      issue_pv(num_tiles - 1);
+      wgmma_wait<0>();
+      pin_registers(o);
+    }
+  } else {
+    for (int t = 0; t < num_tiles; ++t) {
+      float s[kBN / 2], alpha[2];
+      begin_tile(t);
+      issue_s(t, s);
+      wgmma_wait<0>();
+      end_turn();
+      pin_registers(s);
+      softmax(t, s, alpha);
+      pin_registers(o);
+      wgmma_fence();
+      issue_pv(t);
+      wgmma_wait<0>();
+      pin_registers(o);
+    }
   }
   cp_async_wait<0>();
 

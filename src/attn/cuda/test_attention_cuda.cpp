@@ -216,6 +216,10 @@ int main(int argc, char** argv) {
   // Lengths cover 0, 1, tile edges (63, 64, 65, 127, 128, 129) and q/k lengths that differ.
   const std::vector<int32_t> edges{0, 1, 63, 64, 65, 127, 128, 129, 17, 200};
   std::vector<Case> cases;
+  // First, as the sanitizer steps of scripts/gpu_run.sh run the first cases only: sequences of
+  // many 128-key tiles, so that the Hopper forward's stage ring wraps around several times.
+  const std::vector<int32_t> long_edges{700, 3, 0, 517, 129, 256};
+  cases.push_back({DType::bf16, 128, 2, 1, true, -1, -1, 0.f, long_edges, long_edges});
   for (DType t : {DType::bf16, DType::f16})
     for (int d : {64, 128}) {
       cases.push_back({t, d, 4, 4, false, -1, -1, 0.f, edges, edges});
@@ -229,6 +233,10 @@ int main(int argc, char** argv) {
   cases.push_back({DType::bf16, 128, 2, 2, true, 100, -1, 0.f, kl, kl});        // causal + window
   cases.push_back({DType::bf16, 128, 2, 1, true, -1, -1, 2.f, kl, kl});         // softcap
   cases.push_back({DType::f16, 64, 8, 1, true, -1, -1, 5.f, {1000, 3, 0, 517}, {1000, 3, 0, 517}});
+  cases.push_back({DType::f16, 128, 4, 2, false, -1, -1, 3.f, {1000, 65, 0, 385}, {1000, 65, 0, 385}});
+  std::vector<int32_t> long_kl = long_edges;
+  for (int32_t& l : long_kl) l = l + 37;
+  cases.push_back({DType::bf16, 128, 2, 2, true, 300, -1, 0.f, long_edges, long_kl});  // + window
   if (argc > 2) cases.resize(std::min(cases.size(), static_cast<size_t>(std::atoi(argv[2]))));
   int failures = 0;
   for (size_t i = 0; i < cases.size(); ++i)

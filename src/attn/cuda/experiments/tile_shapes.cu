@@ -65,7 +65,9 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants{
       {"mma fwd 4w x2 n32 (lib sm_80)", [](auto& p, void*) { launch_forward_with<T, ForwardTile<128, 4, 2, 32>>(p, nullptr); }, true},
       {"wgmma fwd 2wg n128 no ping-pong", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128>>(p, nullptr); }, true},
-      {"wgmma fwd 2wg n128 ping-pong (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true>>(p, nullptr); }, true},
+      {"wgmma fwd 2wg n128 ping-pong", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true>>(p, nullptr); }, true},
+      {"wgmma fwd 2wg pp+overlap 3st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true, 3, true>>(p, nullptr); }, true},
+      {"wgmma fwd 2wg overlap 3st (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false},
