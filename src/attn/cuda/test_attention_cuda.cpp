@@ -173,12 +173,14 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
   const double tol = cs.dtype == varpack::DType::bf16 ? 2e-2 : 4e-3;
   const Compare c_out = compare(fetch(out), ref_out, wq, valid_q, cs.dtype);
   // Both backward modes on the same forward results: the 2-pass deterministic one and the atomic-dQ
-  // one, each with its own workspace size and freshly poisoned gradients.
+  // one, each with its own workspace size and freshly poisoned gradients and workspace (NaN: a
+  // kernel that relies on a cleared workspace, or skips clearing rows no key block reaches, fails).
   bool all_ok = true;
   for (const bool deterministic : {true, false}) {
     g.deterministic = deterministic;
     for (Device* b : {&dq, &dk, &dv}) CHECK_CUDA(cudaMemset(b->ptr, 0xFF, b->bytes));
     Device workspace(varpack::attention_backward_workspace_bytes_cuda(g));
+    if (workspace.bytes > 0) CHECK_CUDA(cudaMemset(workspace.ptr, 0xFF, workspace.bytes));
     varpack::attention_backward_cuda(g, workspace.ptr, nullptr);
     CHECK_CUDA(cudaDeviceSynchronize());
     const Compare c_dq = compare(fetch(dq), ref_dq, wq, valid_q, cs.dtype);
