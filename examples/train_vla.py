@@ -18,6 +18,7 @@ its own layout). Writes results.json, results.md and vla.png (if matplotlib is i
     python examples/train_vla.py --out $OUT                        # the H200 preset
     python examples/train_vla.py --preset cpu --out /tmp/vla       # small, CPU, a few minutes
     python examples/train_vla.py --preset smoke --out /tmp/vla     # tiny, CPU, seconds
+    python examples/train_vla.py --out $OUT --steps 60             # shorter (one epoch of 60 steps)
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import logging
 import pathlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -213,6 +214,8 @@ def evaluate(mode: str, model: VLAModel, layouts: Layouts, heldout: list, batch_
 
 def run(args) -> dict:
     preset = PRESETS[args.preset]
+    if args.steps is not None:
+        preset = replace(preset, steps=args.steps, train_samples=args.steps * preset.batch_size)
     device = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -329,7 +332,13 @@ def main(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps per mode (default: the preset's); the training set "
+                             "grows or shrinks with it, one epoch of fresh samples")
     args = parser.parse_args(argv)
+    if args.steps is not None and args.steps <= PRESETS[args.preset].warmup_steps:
+        parser.error(f"--steps {args.steps}: give more than the preset's "
+                     f"{PRESETS[args.preset].warmup_steps} untimed warm-up steps")
     args.modes = [m for m in args.modes.split(",") if m]
     for mode in args.modes:
         if mode not in MODES:

@@ -33,7 +33,8 @@ import numpy as np
 
 from .packing import Plan, plan
 
-__all__ = ["ImageSpec", "MultimodalPlan", "ViewPruning", "image_specs", "plan_multimodal", "sample_tokens"]
+__all__ = ["ImageSpec", "MultimodalPlan", "ViewPruning", "image_specs", "kept_images", "plan_multimodal",
+           "sample_tokens"]
 
 log = logging.getLogger("varpack.multimodal")
 
