@@ -57,11 +57,13 @@ void fuzz_packed_binary(std::string_view input, const std::string& dir) {
     require(row.cu_seqlens.front() == 0 &&
                 row.cu_seqlens.back() == static_cast<int32_t>(row.input_ids.size()),
             "row " + std::to_string(r) + ": cu_seqlens does not span the row");
-    volatile int64_t sum = 0;  // touch every element
+    // Touch every element; unsigned, so that adding any values wraps instead of overflowing.
+    volatile uint64_t sum = 0;
     for (size_t i = 0; i < row.input_ids.size(); ++i) {
-      sum = sum + row.input_ids[i] + row.labels[i] + row.position_ids[i];
+      sum = sum + static_cast<uint32_t>(row.input_ids[i]) + static_cast<uint32_t>(row.labels[i]) +
+            static_cast<uint32_t>(row.position_ids[i]);
     }
-    for (const int64_t v : row.pieces) sum = sum + v;
+    for (const int64_t v : row.pieces) sum = sum + static_cast<uint64_t>(v);
     tokens += static_cast<int64_t>(row.input_ids.size());
   }
   require(tokens == file.num_tokens(), "rows do not add up to the token count");
