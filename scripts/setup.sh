@@ -19,24 +19,32 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
 fi
 
-# ccache makes rebuilds after a branch switch or a fresh build folder quick; every build here
-# (CMake's C++ and CUDA, the extension's ninja) goes through it.
-echo "== building the C++ library, the varpack command, tests and benchmarks (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
-      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
-cmake --build build  # ninja runs nproc + 2 jobs by default
-
-echo "== Python environment (.venv/) and the varpack package"
 # This machine's pip configuration may list index folders that do not exist; pip warns once per
 # package about each. Those lines (only those) are dropped so real messages stay visible.
 pip_quiet() {
   "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" >&2)
 }
+
+# The pinned Python packages install (mostly unpacking wheels: one core, disk-bound) while the C++
+# build below uses the cores.
 [ -x .venv/bin/python ] || python3 -m venv .venv
+requirements_pid=
 if [ ! .venv/.requirements-installed -nt requirements.txt ]; then
-  pip_quiet .venv/bin/pip install -q -r requirements.txt
-  touch .venv/.requirements-installed
+  echo "== Python environment (.venv/): pinned packages, beside the C++ build"
+  (pip_quiet .venv/bin/pip install -q -r requirements.txt && touch .venv/.requirements-installed) &
+  requirements_pid=$!
 fi
+
+# ccache makes rebuilds after a branch switch or a fresh build folder quick; every build here
+# (CMake's C++ and CUDA, the extension's ninja) goes through it. Only what the main job and the
+# Python package need is built here; scripts/test.sh builds the tests and benchmarks.
+echo "== building the C++ library and the varpack command (build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+cmake --build build --target varpack varpack_cli  # ninja runs nproc + 2 jobs by default
+[ -z "$requirements_pid" ] || wait "$requirements_pid"
+
+echo "== the varpack Python package (.venv/)"
 # Reinstalled only when a file it is built from changed since the last install.
 stamp=.venv/.varpack-installed
 if [ ! -e "$stamp" ] || [ -n "$(find python src include setup.py pyproject.toml build/libvarpack.a \

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 echo "== C++ tests (build/)"
+cmake --build build  # the tests and benchmarks (scripts/setup.sh built the library and command)
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 echo "== C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
