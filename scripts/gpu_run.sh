@@ -8,8 +8,8 @@
 # nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
-#   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, then
-#   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
+#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments;
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
@@ -71,6 +71,7 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
+    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
     tests/python/test_cuda_attention.py
@@ -103,12 +104,13 @@ if [[ $want == *" bench "* ]]; then
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
 fi
-# Each small case runs both backward modes, so the atomic path is sanitized too.
+# Each small case runs both backward modes, so the atomic path is sanitized too; the Hopper forward
+# runs several heads per block (its head-to-head hand-over is where a race would be).
 if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
-  step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
-    build-gpu/test_attention_cuda 1 2
-  step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer --tool racecheck --error-exitcode 9 \
-    build-gpu/test_attention_cuda 1 1
+  VARPACK_HEADS_PER_BLOCK=4 step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer \
+    --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2
+  VARPACK_HEADS_PER_BLOCK=4 step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer \
+    --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 1
 fi
 
 echo "==== logs in $out"

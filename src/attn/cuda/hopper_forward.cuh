@@ -1,6 +1,7 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. One block =
-// one query tile of one head; each warpgroup owns 64 query rows. K/V tiles of kBlockN keys stream
+// one query tile of a few consecutive heads, one head after the other (the next head's first loads
+// overlap the previous head's end); each warpgroup owns 64 query rows. K/V tiles of kBlockN keys stream
 // through a ring of shared-memory stages, one block-wide barrier per tile: thread 0 has the TMA
 // unit copy a tile wholly inside the sequence; a sequence's partial last tile goes by cp.async from
 // every thread (which zero-fills the keys past its end); either completes on the stage's mbarrier.
@@ -14,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
@@ -74,7 +76,8 @@ struct HopperForwardConfig
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
-                          const __grid_constant__ CUtensorMap v_map, int64_t slots) {
+                          const __grid_constant__ CUtensorMap v_map, int64_t slots,
+                          int heads_per_block) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kBM = Cfg::kBlockM;
@@ -85,54 +88,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
   if (!slot.valid) return;
-  const int h = static_cast<int>(blockIdx.y);
-  const int hk = h / (p.heads / p.kv_heads);
+  const int group = p.heads / p.kv_heads;
   const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   const int64_t m0 = slot.block * kBM;
   const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
+  // The same query rows of every head see the same keys, so all of the block's heads walk the same
+  // tiles.
   const TileWalk walk =
       tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
   const int64_t n_first = walk.first;
   const int num_tiles = walk.count;
 
-  const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+  const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
+  const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
+  const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + QTile::kBytes;
   constexpr int kStages = Cfg::kStages;
   const uint32_t sV = sK + kStages * KvTile::kBytes;
-  auto stage_full = [&](int t) { return sQ + Cfg::kBarrierOffset + 8 * (t % kStages); };
-  // Queues K/V tile t into stage t % kStages; every thread arrives on the stage's barrier once its
-  // cp.async copies (if any) have landed, and the TMA copies count in bytes.
-  auto load_kv = [&](int t) {
+  // The block streams num_tiles K/V tiles per head, head after head; its g-th tile in all goes
+  // through stage g % kStages, and waits for phase (g / kStages) & 1 of that stage's barrier.
+  auto stage_full = [&](int g) { return sQ + Cfg::kBarrierOffset + 8 * (g % kStages); };
+  // Queues K/V tile t of kv head hk, the block's tile g, into its stage; every thread arrives on
+  // the stage's barrier once its cp.async copies (if any, Q's included) have landed, and the TMA
+  // copies count in bytes.
+  auto load_kv = [&](int t, int g, int hk) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
-    const uint32_t stage = (t % kStages) * KvTile::kBytes;
+    const uint32_t stage = (g % kStages) * KvTile::kBytes;
     if (n0 + kBN <= seq.k_len) {
       if (threadIdx.x == 0) {
-        mbarrier_expect_tx(stage_full(t), 2 * KvTile::kBytes);
+        mbarrier_expect_tx(stage_full(g), 2 * KvTile::kBytes);
         const int row = static_cast<int>(seq.k_begin + n0);
-        tma_load_gmma_tile<KvTile, D>(sK + stage, k_map, hk, row, stage_full(t));
-        tma_load_gmma_tile<KvTile, D>(sV + stage, v_map, hk, row, stage_full(t));
+        tma_load_gmma_tile<KvTile, D>(sK + stage, k_map, hk, row, stage_full(g));
+        tma_load_gmma_tile<KvTile, D>(sV + stage, v_map, hk, row, stage_full(g));
       }
     } else {
-      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK + stage, k, p.k_row_stride, n0, seq.k_len);
-      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV + stage, v, p.v_row_stride, n0, seq.k_len);
+      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK + stage, k_seq + hk * p.k_head_stride,
+                                                  p.k_row_stride, n0, seq.k_len);
+      load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV + stage, v_seq + hk * p.v_head_stride,
+                                                  p.v_row_stride, n0, seq.k_len);
     }
-    cp_async_arrive(stage_full(t));
+    cp_async_arrive(stage_full(g));
+  };
+  // A stage is in use for kLag iterations from its wait: the next tile's refill targets the stage
+  // of tile t - kLag. Tiles 0 .. kStages - kLag - 1 go ahead with Q; tile 0's arrivals wait for
+  // Q's too.
+  constexpr int kLag = Cfg::kOverlap ? 2 : 1;
+  auto start_head = [&](int head, int g0) {
+    load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q_seq + head * p.q_head_stride,
+                                                p.q_row_stride, m0, seq.q_len);
+    cp_async_commit();
+    for (int t = 0; t < kStages - kLag && t < num_tiles; ++t) load_kv(t, g0 + t, head / group);
   };
 
   if (threadIdx.x == 0) {
     for (int t = 0; t < kStages; ++t) mbarrier_init(stage_full(t), Cfg::kThreads);
   }
-  load_gmma_tile_async<kBM, D, Cfg::kThreads>(sQ, q, p.q_row_stride, m0, seq.q_len);
-  cp_async_commit();
   __syncthreads();  // the barriers are initialized
-  // A stage is in use for kLag iterations from its wait: the next tile's refill targets the stage
-  // of tile t - kLag. Tiles 0 .. kStages - kLag - 1 go ahead; tile 0's arrivals wait for Q's too.
-  constexpr int kLag = Cfg::kOverlap ? 2 : 1;
-  for (int t = 0; t < kStages - kLag && t < num_tiles; ++t) load_kv(t);
+  const int h_first = static_cast<int>(blockIdx.y) * heads_per_block;
+  if (num_tiles > 0) start_head(h_first, 0);
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wg = warp / 4;
@@ -142,25 +157,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp_row = warp * 16;
 
   float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};  // per thread; reduced over the quad at the end
+  float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
   // Visibility of keys from this thread's rows warp_row + g + 8 * r.
   const RowVisibility vis =
       row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
+  // A warp's 16 output rows in shared memory, rows padded by 16 bytes so that the accumulator
+  // layout's stores (8 rows x 4 column pairs) hit 32 different banks. Warps fill the K half of a
+  // stage, then its V half.
+  constexpr int kScratchRowBytes = D * 2 + 16;
+  constexpr int kScratchWarpBytes = 16 * kScratchRowBytes;
+  constexpr int kWarpsPerHalf = KvTile::kBytes / kScratchWarpBytes;
+  static_assert(2 * kWarpsPerHalf >= Cfg::kThreads / 32, "a stage holds every warp's output rows");
+  auto output_scratch = [&](int stage, int w) {
+    return (w < kWarpsPerHalf ? sK : sV) + stage * KvTile::kBytes +
+           (w % kWarpsPerHalf) * kScratchWarpBytes;
+  };
+  int h = h_first;
+  int done = 0;  // K/V tiles the block streamed for its earlier heads: tile t is its tile done + t
 
   // Waits for tile t's stage, refills the stage of tile t - kLag (every warpgroup is done with it
   // once all have passed the block-wide barrier), and waits for this warpgroup's turn to issue.
   auto begin_tile = [&](int t) {
-    mbarrier_wait(stage_full(t), (t / kStages) & 1);
+    mbarrier_wait(stage_full(done + t), ((done + t) / kStages) & 1);
     fence_proxy_async();  // cp.async writes (Q, a partial tile) before wgmma reads them
     __syncthreads();
-    if (t + kStages - kLag < num_tiles) load_kv(t + kStages - kLag);
+    if (t + kStages - kLag < num_tiles)
+      load_kv(t + kStages - kLag, done + t + kStages - kLag, h / group);
     if constexpr (Cfg::kPingPong) {
       if (wg > 0) named_barrier_sync(wg, 256);
     }
@@ -172,7 +198,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // Issues S = Q K^T for tile t as one wgmma group (after a fence covering o and pf too).
   auto issue_s = [&](int t, float (&s)[kBN / 2]) {
-    const uint32_t stage = (t % kStages) * KvTile::kBytes;
+    const uint32_t stage = ((done + t) % kStages) * KvTile::kBytes;
     pin_registers(s);
     pin_registers(o);
     wgmma_fence();
@@ -187,7 +213,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // Issues O += P V for tile t (P in pf, fenced by the caller) as one wgmma group.
   auto issue_pv = [&](int t) {
-    const uint32_t stage = (t % kStages) * KvTile::kBytes;
+    const uint32_t stage = ((done + t) % kStages) * KvTile::kBytes;
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint64_t dv = gmma_desc(sV + stage + kk * 16 * 128, KvTile::kBlockBytes, 1024);
@@ -264,82 +290,150 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int r = 0; r < 2; ++r) pack_pair(s, i, r);
   };
 
-  if constexpr (Cfg::kOverlap) {
-    // Tile t's S = Q K^T and tile t - 1's O += P V go out together; tile t's softmax runs while
-    // the latter does. Tile 0 has no product before it, so it is peeled off: a wgmma issued on a
-    // divergent path makes ptxas serialize them all.
-    if (num_tiles > 0) {
-      float s[kBN / 2], alpha[2];
-      begin_tile(0);
-      issue_s(0, s);
-      end_turn();
-      wgmma_wait<0>();
-      pin_registers(s);
-      softmax(0, s, alpha);
-      rescale_and_pack(s, alpha);
+  for (; h < h_first + heads_per_block; ++h, done += num_tiles) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
     }
-    for (int t = 1; t < num_tiles; ++t) {
-      float s[kBN / 2], alpha[2];
-      begin_tile(t);
-      issue_s(t, s);
-      issue_pv(t - 1);
-      end_turn();
-      wgmma_wait<1>();
-      pin_registers(s);
-      softmax(t, s, alpha);
-      wgmma_wait<0>();
-      rescale_and_pack(s, alpha);
+    if constexpr (Cfg::kOverlap) {
+      // Tile t's S = Q K^T and tile t - 1's O += P V go out together; tile t's softmax runs while
+      // the latter does. Tile 0 has no product before it, so it is peeled off: a wgmma issued on a
+      // divergent path makes ptxas serialize them all.
+      if (num_tiles > 0) {
+        float s[kBN / 2], alpha[2];
+        begin_tile(0);
+        issue_s(0, s);
+        end_turn();
+        wgmma_wait<0>();
+        pin_registers(s);
+        softmax(0, s, alpha);
+        rescale_and_pack(s, alpha);
+      }
+      for (int t = 1; t < num_tiles; ++t) {
+        float s[kBN / 2], alpha[2];
+        begin_tile(t);
+        issue_s(t, s);
+        issue_pv(t - 1);
+        end_turn();
+        wgmma_wait<1>();
+        pin_registers(s);
+        softmax(t, s, alpha);
+        wgmma_wait<0>();
+        rescale_and_pack(s, alpha);
+      }
+      if (num_tiles > 0) {
+        pin_registers(o);
+        wgmma_fence();
+        issue_pv(num_tiles - 1);
+      }
+    } else {
+      for (int t = 0; t < num_tiles; ++t) {
+        float s[kBN / 2], alpha[2];
+        begin_tile(t);
+        issue_s(t, s);
+        wgmma_wait<0>();
+        end_turn();
+        pin_registers(s);
+        softmax(t, s, alpha);
+        pin_registers(o);
+        wgmma_fence();
+        issue_pv(t);
+        wgmma_wait<0>();
+        pin_registers(o);
+      }
     }
-    if (num_tiles > 0) {
-      pin_registers(o);
-      wgmma_fence();
-      issue_pv(num_tiles - 1);
+    // Every warpgroup is past its last S = Q K^T and done with every stage but the last tile's: the
+    // next head's Q and first K/V tile load while this head's last O += P V and its output go.
+    __syncthreads();
+    if (h + 1 < h_first + heads_per_block && num_tiles > 0) start_head(h + 1, done + num_tiles);
+    if constexpr (Cfg::kOverlap) {
       wgmma_wait<0>();
       pin_registers(o);
     }
-  } else {
-    for (int t = 0; t < num_tiles; ++t) {
-      float s[kBN / 2], alpha[2];
-      begin_tile(t);
-      issue_s(t, s);
-      wgmma_wait<0>();
-      end_turn();
-      pin_registers(s);
-      softmax(t, s, alpha);
-      pin_registers(o);
-      wgmma_fence();
-      issue_pv(t);
-      wgmma_wait<0>();
-      pin_registers(o);
-    }
-  }
-  cp_async_wait<0>();
 
-  T* out = static_cast<T*>(p.out) + seq.q_begin * p.out_row_stride + h * p.out_head_stride;
+    // The output goes through shared memory: each warp writes its 16 rows there from the
+    // accumulator layout (4 bytes per thread and row: half a 32-byte sector per store), then
+    // copies them out in whole 16-byte chunks, 2 full rows per instruction. The scratch is the
+    // stage of the block's tile done + num_tiles + 1, which nothing uses until the next head's
+    // first refill, after its first block-wide barrier.
+    const uint32_t scratch = output_scratch((done + num_tiles + 1) % kStages, warp);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int64_t i = m0 + warp_row + g + 8 * r;
-    if (i >= seq.q_len) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* row = out + i * p.out_row_stride;
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const uint32_t row = scratch + (g + 8 * r) * kScratchRowBytes + 4 * qd;
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(row + dn * 8 + 2 * qd) =
-          Mma<T>::pack(o[4 * dn + 2 * r] * inv, o[4 * dn + 2 * r + 1] * inv);
-    if (qd == 0 && p.lse != nullptr)
-      p.lse[h * p.lse_head_stride + seq.q_begin + i] =
-          sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+      for (int dn = 0; dn < D / 8; ++dn)
+        st_shared_b32(row + dn * 16, Mma<T>::pack(o[4 * dn + 2 * r] * inv, o[4 * dn + 2 * r + 1] * inv));
+      const int64_t i = m0 + warp_row + g + 8 * r;
+      if (qd == 0 && p.lse != nullptr && i < seq.q_len)
+        p.lse[h * p.lse_head_stride + seq.q_begin + i] =
+            sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+    }
+    __syncwarp();
+    T* out = static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+             h * p.out_head_stride;
+    constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll 1
+    for (int c = lane; c < 16 * kChunks; c += 32) {
+      const int row = c / kChunks, chunk = c % kChunks;
+      if (m0 + warp_row + row < seq.q_len)
+        *reinterpret_cast<uint4*>(out + row * p.out_row_stride + chunk * 8) =
+            ld_shared_v4(scratch + row * kScratchRowBytes + chunk * 16);
+    }
   }
 #endif
 }
 
+// How many consecutive heads one block runs its query tile for. A block fills a multiprocessor
+// (shared memory), so nothing hides its start (Q and the first K/V tiles) and end (the last
+// O += P V, the output) unless the next head's loads overlap the previous head's end. But longer
+// blocks can leave a tail: blocks start in order, longest-first only inside a sequence. So k heads
+// per block only while the longest block (k x the longest sequence's key tiles) is within an
+// eighth of one multiprocessor's share of the work, taken at its least: every sequence as long as
+// the average (Cauchy-Schwarz), about half of it under causal masking. Not with a sliding window (not
+// measured). Measured on the H200 (bf16, d128, causal, 16 heads, standalone benchmark, one call,
+// 2026-12-01 07:05 UTC), TFLOP/s with 1 / 2 / 4 heads per block: 64 x 1k 293 / 317 / 325, 16 x 4k
+// 444 / 448 / 464, 4 x 16k 504 / 504 / 504; 16 x 4096 at 3 / 25 / 50 / 75 / 90% padding 406 / 409
+// / 400, 395 / 407 / 385, 368 / 364 / 344, 265 / 261 / 225, 138 / 132 / 110.
+// VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
+// it: their batches are too small for the rule to pick more than one head).
+inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n) {
+  if (const char* forced = std::getenv("VARPACK_HEADS_PER_BLOCK")) {
+    int k = std::atoi(forced);
+    while (k > 1 && p.heads % k != 0) --k;
+    return k < 1 ? 1 : k;
+  }
+  const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
+  if (window || p.batch <= 0) return 1;
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess)
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const double q_tiles = static_cast<double>(p.total_q) / block_m;
+  const double k_tiles = static_cast<double>(p.total_k) / block_n;
+  const double per_query_tile = p.causal ? (k_tiles / p.batch + 1) / 2 : k_tiles / p.batch;
+  const double least_work = q_tiles * per_query_tile * p.heads;
+  const double longest = std::ceil(static_cast<double>(p.max_seqlen_k) / block_n);
+  for (int k : {4, 2})
+    if (p.heads % k == 0 && 8.0 * k * longest <= least_work / sms) return k;
+  return 1;
+}
+
+// heads_per_block 0: forward_heads_per_block's choice; otherwise a divisor of p.heads.
 template <class T, class Cfg>
-void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream) {
+void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
+                                int heads_per_block = 0) {
   const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
   if (slots <= 0 || p.heads <= 0) return;
+  if (heads_per_block <= 0)
+    heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN);
+  if (p.heads % heads_per_block != 0)
+    throw Error("varpack CUDA attention: heads_per_block must divide the number of heads");
   const auto kernel = p.softcap > 0.f ? hopper_forward_kernel<T, Cfg, true>
                                       : hopper_forward_kernel<T, Cfg, false>;
   const cudaError_t attr =
@@ -352,8 +446,9 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream) {
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kD,
                                           p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
-  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots);
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / heads_per_block));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots,
+                                                           heads_per_block);
   check_launch("the Hopper forward kernel");
 }
 

@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
       {"wgmma fwd 2wg n128 ping-pong", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true>>(p, nullptr); }, true},
       {"wgmma fwd 2wg pp+overlap 3st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true, 3, true>>(p, nullptr); }, true},
       {"wgmma fwd 2wg overlap 3st (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true},
+      // Heads per block (the library picks with forward_heads_per_block).
+      {"wgmma fwd lib, 1 head per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true},
+      {"wgmma fwd lib, 2 heads per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 2); }, true},
+      {"wgmma fwd lib, 4 heads per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true},
+      {"wgmma fwd lib, 8 heads per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 8); }, true},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false},
