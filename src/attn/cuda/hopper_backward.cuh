@@ -27,6 +27,7 @@
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
+#include "attn/cuda/warp_rows_out.cuh"
 #include "attn/cuda/wgmma.cuh"
 #include "varpack/attention.h"
 
@@ -381,20 +382,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   pin_registers(dv);
   pin_registers(dk);
 
-  T* dkp = static_cast<T*>(p.dk) + seq.k_begin * p.dk_row_stride + hk * p.dk_head_stride;
-  T* dvp = static_cast<T*>(p.dv) + seq.k_begin * p.dv_row_stride + hk * p.dv_head_stride;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = n0 + warp * 16 + g + 8 * r;
-    if (j >= seq.k_len) continue;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      *reinterpret_cast<uint32_t*>(dkp + j * p.dk_row_stride + dn * 8 + 2 * qd) = Mma<T>::pack(
-          dk[4 * dn + 2 * r] * p.softmax_scale, dk[4 * dn + 2 * r + 1] * p.softmax_scale);
-      *reinterpret_cast<uint32_t*>(dvp + j * p.dv_row_stride + dn * 8 + 2 * qd) =
-          Mma<T>::pack(dv[4 * dn + 2 * r], dv[4 * dn + 2 * r + 1]);
-    }
-  }
+  // dK and dV go out through shared memory (WarpRowsOut), in K and V's tiles once both compute
+  // warpgroups' last dQ product (which reads all of K) is done.
+  using RowsOut = WarpRowsOut<T, D>;
+  static_assert(8 * RowsOut::kScratchBytes <= 2 * KvTile::kBytes, "K and V hold 8 warps' rows");
+  named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+  const uint32_t scratch = sK + warp * RowsOut::kScratchBytes;
+  const int64_t row0 = n0 + warp * 16;
+  const float dk_scale[2] = {p.softmax_scale, p.softmax_scale}, dv_scale[2] = {1.f, 1.f};
+  RowsOut::store(dk, dk_scale, scratch,
+                 static_cast<T*>(p.dk) + (seq.k_begin + row0) * p.dk_row_stride +
+                     hk * p.dk_head_stride,
+                 p.dk_row_stride, seq.k_len - row0, lane);
+  RowsOut::store(dv, dv_scale, scratch,
+                 static_cast<T*>(p.dv) + (seq.k_begin + row0) * p.dv_row_stride +
+                     hk * p.dv_head_stride,
+                 p.dv_row_stride, seq.k_len - row0, lane);
 #endif
 }
 

@@ -23,6 +23,7 @@
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
+#include "attn/cuda/warp_rows_out.cuh"
 #include "attn/cuda/wgmma.cuh"
 #include "varpack/attention.h"
 
@@ -165,16 +166,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  // A warp's 16 output rows in shared memory, rows padded by 16 bytes so that the accumulator
-  // layout's stores (8 rows x 4 column pairs) hit 32 different banks. Warps fill the K half of a
-  // stage, then its V half.
-  constexpr int kScratchRowBytes = D * 2 + 16;
-  constexpr int kScratchWarpBytes = 16 * kScratchRowBytes;
-  constexpr int kWarpsPerHalf = KvTile::kBytes / kScratchWarpBytes;
+  // A warp's output scratch (WarpRowsOut): warps fill the K half of a stage, then its V half.
+  using RowsOut = WarpRowsOut<T, D>;
+  constexpr int kWarpsPerHalf = KvTile::kBytes / RowsOut::kScratchBytes;
   static_assert(2 * kWarpsPerHalf >= Cfg::kThreads / 32, "a stage holds every warp's output rows");
   auto output_scratch = [&](int stage, int w) {
     return (w < kWarpsPerHalf ? sK : sV) + stage * KvTile::kBytes +
-           (w % kWarpsPerHalf) * kScratchWarpBytes;
+           (w % kWarpsPerHalf) * RowsOut::kScratchBytes;
   };
   int h = h_first;
   int done = 0;  // K/V tiles the block streamed for its earlier heads: tile t is its tile done + t
@@ -354,38 +352,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       pin_registers(o);
     }
 
-    // The output goes through shared memory: each warp writes its 16 rows there from the
-    // accumulator layout (4 bytes per thread and row: half a 32-byte sector per store), then
-    // copies them out in whole 16-byte chunks, 2 full rows per instruction. The scratch is the
-    // stage of the block's tile done + num_tiles + 1, which nothing uses until the next head's
-    // first refill, after its first block-wide barrier.
-    const uint32_t scratch = output_scratch((done + num_tiles + 1) % kStages, warp);
+    // The output goes out through shared memory (WarpRowsOut), in the stage of the block's tile
+    // done + num_tiles + 1, which nothing uses until the next head's first refill, after its first
+    // block-wide barrier.
+    float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const uint32_t row = scratch + (g + 8 * r) * kScratchRowBytes + 4 * qd;
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn)
-        st_shared_b32(row + dn * 16, Mma<T>::pack(o[4 * dn + 2 * r] * inv, o[4 * dn + 2 * r + 1] * inv));
+      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
       const int64_t i = m0 + warp_row + g + 8 * r;
       if (qd == 0 && p.lse != nullptr && i < seq.q_len)
         p.lse[h * p.lse_head_stride + seq.q_begin + i] =
             sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
     }
-    __syncwarp();
-    T* out = static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
-             h * p.out_head_stride;
-    constexpr int kChunks = D / 8;  // 16-byte chunks per row
-#pragma unroll 1
-    for (int c = lane; c < 16 * kChunks; c += 32) {
-      const int row = c / kChunks, chunk = c % kChunks;
-      if (m0 + warp_row + row < seq.q_len)
-        *reinterpret_cast<uint4*>(out + row * p.out_row_stride + chunk * 8) =
-            ld_shared_v4(scratch + row * kScratchRowBytes + chunk * 16);
-    }
+    RowsOut::store(
+        o, inv, output_scratch((done + num_tiles + 1) % kStages, warp),
+        static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+            h * p.out_head_stride,
+        p.out_row_stride, seq.q_len - m0 - warp_row, lane);
   }
 #endif
 }
@@ -398,7 +384,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // eighth of one multiprocessor's share of the work, taken at its least: every sequence as long as
 // the average (Cauchy-Schwarz), about half of it under causal masking. Not with a sliding window (not
 // measured). Measured on the H200 (bf16, d128, causal, 16 heads, standalone benchmark, one call,
-// 2026-12-01 07:05 UTC), TFLOP/s with 1 / 2 / 4 heads per block: 64 x 1k 293 / 317 / 325, 16 x 4k
+// 2026-12-01 06:15 UTC), TFLOP/s with 1 / 2 / 4 heads per block: 64 x 1k 293 / 317 / 325, 16 x 4k
 // 444 / 448 / 464, 4 x 16k 504 / 504 / 504; 16 x 4096 at 3 / 25 / 50 / 75 / 90% padding 406 / 409
 // / 400, 395 / 407 / 385, 368 / 364 / 344, 265 / 261 / 225, 138 / 132 / 110.
 // VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
