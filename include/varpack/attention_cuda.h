@@ -1,5 +1,5 @@
 // The CUDA implementation of varlen attention (sm_80 and sm_90a; bf16 or fp16 in, fp32 accumulation;
-// head dims 64 and 128). Pointers in the params are device pointers, cu_seqlens included; the
+// head dims 64, 96, 128 and 256). Pointers in the params are device pointers, cu_seqlens included; the
 // max_seqlen fields are not needed. Nothing here synchronises the device or reads device memory
 // on the host: every call only queues work on `stream`. Errors in the arguments throw
 // varpack::Error naming the field; a failed launch throws with CUDA's message.
@@ -15,7 +15,7 @@
 namespace varpack {
 
 // Throws varpack::Error unless the CUDA kernels support these params: dtype bf16 or f16,
-// head_dim 64 or 128, unit stride along head_dim, and rows and heads 16-byte aligned.
+// head_dim 64, 96, 128 or 256, unit stride along head_dim, and rows and heads 16-byte aligned.
 void check_attention_params_cuda(const AttentionParams& params);
 
 // out and lse (when non-null) for every query row in a sequence; rows past cu_seqlens_q[batch]

@@ -31,13 +31,15 @@ void check_tensor(const char* name, const void* ptr, int64_t row_stride, int64_t
 // Calls f(T{}, std::integral_constant<int, D>{}) for the compiled instance of the params.
 template <class F>
 void dispatch(const AttentionParams& p, F&& f) {
-  const bool bf16 = p.dtype == DType::bf16;
-  if (p.head_dim == 64) {
-    if (bf16) f(__nv_bfloat16{}, std::integral_constant<int, 64>{});
-    else f(__half{}, std::integral_constant<int, 64>{});
-  } else {
-    if (bf16) f(__nv_bfloat16{}, std::integral_constant<int, 128>{});
-    else f(__half{}, std::integral_constant<int, 128>{});
+  const auto with_dim = [&](auto d) {
+    if (p.dtype == DType::bf16) f(__nv_bfloat16{}, d);
+    else f(__half{}, d);
+  };
+  switch (p.head_dim) {  // one of the compiled head dims (check_attention_params_cuda)
+    case 64: return with_dim(std::integral_constant<int, 64>{});
+    case 96: return with_dim(std::integral_constant<int, 96>{});
+    case 128: return with_dim(std::integral_constant<int, 128>{});
+    default: return with_dim(std::integral_constant<int, 256>{});
   }
 }
 
@@ -46,8 +48,8 @@ void dispatch(const AttentionParams& p, F&& f) {
 void check_attention_params_cuda(const AttentionParams& p) {
   require(p.dtype == DType::bf16 || p.dtype == DType::f16,
           "dtype must be bf16 or f16 (fp32 and fp64 run on the CPU paths)");
-  require(p.head_dim == 64 || p.head_dim == 128,
-          "head_dim " + std::to_string(p.head_dim) + " is not compiled; supported: 64, 128");
+  require(p.head_dim == 64 || p.head_dim == 96 || p.head_dim == 128 || p.head_dim == 256,
+          "head_dim " + std::to_string(p.head_dim) + " is not compiled; supported: 64, 96, 128, 256");
   require(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0,
           "heads (" + std::to_string(p.heads) + ") must be a positive multiple of kv_heads (" +
               std::to_string(p.kv_heads) + ")");

@@ -28,36 +28,56 @@
 
 namespace varpack::cuda {
 
-// dK/dV pass: kWarps warps x 16 keys per block, query tiles of kQueryStep.
-template <int D, int Warps, int QueryStep>
+// dK/dV pass: kWarps warps, kColSplit of them per 16 keys (kKeysPerBlock keys per block), query
+// tiles of kQueryStep. The warps that share keys each compute their S^T and dP^T in full and their
+// own kDkdvCols columns of dK and dV. Why: with ColSplit = 1 a thread holds dK and dV for 16 keys x
+// D columns / 32 lanes, D fp32 accumulators in all, more than its 255 registers at d256. The split
+// computes S^T and dP^T once per sharing warp (d256, split 2: 6 products' work per tile pair
+// instead of 4); FlashAttention-2's way, P and dS shared through shared memory, would need another
+// layout of the whole pass.
+template <int D, int Warps, int QueryStep, int ColSplit = 1>
 struct DkdvTile {
   static constexpr int kD = D;
   static constexpr int kWarps = Warps;
   static constexpr int kThreads = Warps * 32;
-  static constexpr int kKeysPerBlock = Warps * 16;
+  static constexpr int kColSplit = ColSplit;
+  static constexpr int kKeysPerBlock = Warps / ColSplit * 16;
+  static constexpr int kDkdvCols = D / ColSplit;
   static constexpr int kQueryStep = QueryStep;
-  static constexpr int kKeyTileBytes = kKeysPerBlock * D * 2;
-  static constexpr int kQueryTileBytes = kQueryStep * D * 2;
+  static constexpr int kKeyTileBytes = kKeysPerBlock * SwizzledTile<D>::kRowBytes;
+  static constexpr int kQueryTileBytes = kQueryStep * SwizzledTile<D>::kRowBytes;
   static constexpr int kSmemBytes =
       2 * kKeyTileBytes + 4 * kQueryTileBytes + 4 * kQueryStep * 4;  // K, V, Q x2, dO x2, stats
   // The atomic-dQ mode adds dS^T, [keys][queries] with rows padded by 8 elements (16 bytes): the 8
   // rows an ldmatrix reads then start 80 bytes apart and fall in 8 different bank groups.
   static constexpr int kDsStride = kQueryStep + 8;
   static constexpr int kSmemBytesAtomic = kSmemBytes + kKeysPerBlock * kDsStride * 2;
-  // In the dQ product each warp owns D / kWarps columns of dQ for the whole query tile.
-  static constexpr int kDqCols = D / Warps;
+  // In the dQ product the warps split dQ's kQueryStep x D tile into kDqRowGroups groups of query
+  // rows times kWarps / kDqRowGroups groups of kDqCols columns. Columns go in whole 16-column
+  // steps (one ldmatrix.x4 of K), so where D / kWarps is not a number of steps (d96: 24) the
+  // warps split the rows in two as well (d96: 2 x 48 columns).
+  static constexpr int kDqRowGroups = (D / Warps) % 16 == 0 ? 1 : 2;
+  static constexpr int kDqCols = D / (Warps / kDqRowGroups);
+  static_assert(Warps % ColSplit == 0 && (ColSplit == 1 || kDkdvCols % 64 == 0),
+                "split columns start on a 64-column block of the swizzled tiles");
+  static_assert(Warps % kDqRowGroups == 0 && (QueryStep / 16) % kDqRowGroups == 0 &&
+                    kDqCols % 16 == 0,
+                "the dQ product's warp grid must cover the tile in whole 16 x 16 steps");
 };
 
-// dQ pass: kWarps warps x 16 queries per block, key tiles of kKeyStep.
-template <int D, int Warps, int KeyStep>
+// dQ pass: kWarps warps x 16 queries per block, key tiles of kKeyStep. With QdoInRegisters the
+// Q and dO fragments of a warp's 16 queries stay in registers (D / 2 of them per thread); without,
+// they are re-read from shared memory every key step, where they would not fit beside dQ (d256).
+template <int D, int Warps, int KeyStep, bool QdoInRegisters = true>
 struct DqTile {
   static constexpr int kD = D;
   static constexpr int kWarps = Warps;
   static constexpr int kThreads = Warps * 32;
   static constexpr int kQueriesPerBlock = Warps * 16;
   static constexpr int kKeyStep = KeyStep;
-  static constexpr int kQBlockBytes = kQueriesPerBlock * D * 2;
-  static constexpr int kKeyStepBytes = kKeyStep * D * 2;
+  static constexpr bool kQdoInRegisters = QdoInRegisters;
+  static constexpr int kQBlockBytes = kQueriesPerBlock * SwizzledTile<D>::kRowBytes;
+  static constexpr int kKeyStepBytes = kKeyStep * SwizzledTile<D>::kRowBytes;
   static constexpr int kSmemBytes = 2 * kQBlockBytes + 4 * kKeyStepBytes;  // Q, dO, K x2, V x2
 };
 
@@ -65,10 +85,18 @@ struct DqTile {
 // experiments/tile_shapes.cu, 2026-11-30), whole backward at 16 x 4k: dK/dV with 4 warps and
 // query steps of 32 at 191 TFLOP/s (8 warps: 175, steps of 16: 155, of 64: 172, spilling);
 // dQ with key steps of 16 at 194 (32: 191, 64: 189, 8 warps: 186); the same order at 1k and 16k.
+// d64 and d96 take the same shapes.
 template <int D>
 struct DkdvConfig : DkdvTile<D, 4, 32> {};
 template <int D>
 struct DqConfig : DqTile<D, 4, 16> {};
+// d256: dK/dV split in two column halves (128 accumulators per thread, as at d128) over 8 warps,
+// so a block still covers 64 keys (134 KB of shared memory; sm_80 allows 163 KB); dQ with its 128
+// accumulators and Q and dO re-read from shared memory.
+template <>
+struct DkdvConfig<256> : DkdvTile<256, 8, 32, 2> {};
+template <>
+struct DqConfig<256> : DqTile<256, 4, 16, false> {};
 
 // As in the forward, P = exp2(raw * c - lse * log2(e)) with raw = q.k and c = scale * log2(e), or
 // raw = softcap * tanh(scale * q.k / softcap) and c = log2(e). slope = d(score) / d(q.k) / scale:
@@ -86,12 +114,21 @@ __device__ __forceinline__ void raw_and_slope(float s, float scale, float softca
   }
 }
 
-// The delta and dQ-conversion passes over (row, head) pairs: D / 8 threads per pair, 8 elements
-// (16 bytes of input) each, on a (row groups, heads) grid, so no 64-bit division.
+constexpr int power_of_two_at_least(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// The delta and dQ-conversion passes over (row, head) pairs: D / 8 threads per pair with 8 elements
+// (16 bytes of input) each, on a (row groups, heads) grid, so no 64-bit division. A pair takes
+// kLanes threads, D / 8 rounded up to a power of two so that the shuffle reduction stays inside
+// the pair's lanes (d96: 12 of 16 threads work).
 template <int D>
 struct RowPass {
   static constexpr int kThreads = 256;
-  static constexpr int kLanes = D / 8;  // threads per (row, head)
+  static constexpr int kParts = D / 8;  // threads with 8 elements each per (row, head)
+  static constexpr int kLanes = power_of_two_at_least(kParts);
   static constexpr int kRows = kThreads / kLanes;
   static_assert(32 % kLanes == 0, "a row's threads sit in one warp");
   __device__ __forceinline__ static int64_t row() {
@@ -108,7 +145,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   const int h = static_cast<int>(blockIdx.y);
   const int64_t row = RowPass<D>::row();
   const int part = RowPass<D>::part();
-  const bool valid = row < p.total_q;
+  const bool valid = row < p.total_q && part < RowPass<D>::kParts;
   float acc = 0.f;
   if (valid) {
     const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) +
@@ -135,8 +172,9 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
 
 // Atomic-dQ mode, one tile pair: dQ[m0 .. m0 + kQueryStep) += dS K over the block's keys, with dS^T
 // ([keys][queries], 16-bit) in shared memory at sDs and K in its swizzled tile at sK. Warp w computes
-// the columns [w * kDqCols, (w + 1) * kDqCols) of all kQueryStep rows (one fp32 atomic per element
-// and key tile) and adds them to dq_accum[q_begin + i, h, :]; rows past the sequence are skipped.
+// the columns [c * kDqCols, (c + 1) * kDqCols) of row group r's kQueryStep / kDqRowGroups rows, with
+// (r, c) = (w % kDqRowGroups, w / kDqRowGroups) (one fp32 atomic per element and key tile), and adds
+// them to dq_accum[q_begin + i, h, :]; rows past the sequence are skipped.
 template <class T, class Cfg>
 __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, float* dq_accum,
                                             const SequenceBounds& seq, int h, int64_t m0,
@@ -145,23 +183,25 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kCols = Cfg::kDqCols;
-  static_assert(kCols % 16 == 0, "each warp's dQ columns must be whole 16-column steps");
+  constexpr int kTiles = kBM / 16 / Cfg::kDqRowGroups;  // this warp's query row tiles
   const int g = lane / 4;
   const int qd = lane % 4;
+  const int mq0 = warp % Cfg::kDqRowGroups * kTiles;
+  const int col_group = warp / Cfg::kDqRowGroups;
   // A = dS (queries x keys), read transposed from dS^T: lanes 0-7 / 8-15 / 16-23 / 24-31 address
   // keys 0-7 / 0-7 / 8-15 / 8-15 at queries +0 / +8 / +0 / +8, the a0..a3 order of m16n8k16.
-  const uint32_t ds_base =
-      sDs + (((lane & 7) + ((lane >> 4) << 3)) * Cfg::kDsStride + ((lane >> 3) & 1) * 8) * 2;
+  const uint32_t ds_base = sDs + (((lane & 7) + ((lane >> 4) << 3)) * Cfg::kDsStride +
+                                  ((lane >> 3) & 1) * 8 + mq0 * 16) * 2;
   // B = K (keys x d), read transposed from the swizzled tile as in dq_kernel, at this warp's columns.
   const int krow = (lane & 7) + (((lane >> 3) & 1) << 3);
   uint32_t k_base[kCols / 16];
 #pragma unroll
   for (int j = 0; j < kCols / 16; ++j)
-    k_base[j] = sK + SwizzledTile<D>::offset(krow, 2 * (warp * (kCols / 16) + j) + (lane >> 4));
+    k_base[j] = sK + SwizzledTile<D>::offset(krow, 2 * (col_group * (kCols / 16) + j) + (lane >> 4));
 
-  float acc[kBM / 16][kCols / 8][4];
+  float acc[kTiles][kCols / 8][4];
 #pragma unroll
-  for (int mq = 0; mq < kBM / 16; ++mq)
+  for (int mq = 0; mq < kTiles; ++mq)
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n) acc[mq][n][0] = acc[mq][n][1] = acc[mq][n][2] = acc[mq][n][3] = 0.f;
 #pragma unroll
@@ -169,9 +209,9 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
     uint32_t b[kCols / 16][4];
 #pragma unroll
     for (int j = 0; j < kCols / 16; ++j)
-      ldmatrix_x4_trans(b[j], k_base[j] + static_cast<uint32_t>(kk * 16 * D * 2));
+      ldmatrix_x4_trans(b[j], k_base[j] + static_cast<uint32_t>(kk * 16 * SwizzledTile<D>::kRowBytes));
 #pragma unroll
-    for (int mq = 0; mq < kBM / 16; ++mq) {
+    for (int mq = 0; mq < kTiles; ++mq) {
       uint32_t a[4];
       ldmatrix_x4_trans(a, ds_base + static_cast<uint32_t>((kk * 16 * Cfg::kDsStride + mq * 16) * 2));
 #pragma unroll
@@ -182,12 +222,12 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
     }
   }
 #pragma unroll
-  for (int mq = 0; mq < kBM / 16; ++mq)
+  for (int mq = 0; mq < kTiles; ++mq)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t i = m0 + mq * 16 + g + 8 * r;
+      const int64_t i = m0 + (mq0 + mq) * 16 + g + 8 * r;
       if (i >= seq.q_len) continue;
-      float* row = dq_accum + ((seq.q_begin + i) * p.heads + h) * D + warp * kCols + 2 * qd;
+      float* row = dq_accum + ((seq.q_begin + i) * p.heads + h) * D + col_group * kCols + 2 * qd;
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n)
         red_add_f32x2(row + n * 8, acc[mq][n][2 * r], acc[mq][n][2 * r + 1]);
@@ -202,7 +242,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   const int h = static_cast<int>(blockIdx.y);
   const int64_t row = RowPass<D>::row();
   const int part = RowPass<D>::part();
-  if (row >= p.total_q || row >= p.cu_seqlens_q[p.batch]) return;
+  if (row >= p.total_q || part >= RowPass<D>::kParts || row >= p.cu_seqlens_q[p.batch]) return;
   const float4* src = reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
   const float4 x = src[0], y = src[1];
   const float c = p.softmax_scale;
@@ -291,19 +331,22 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int g = lane / 4;
   const int qd = lane % 4;
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  // This warp's 16 keys, and its part of their dK and dV columns.
+  const int key_warp = warp / Cfg::kColSplit;
+  const int col0 = warp % Cfg::kColSplit * Cfg::kDkdvCols;
 
   // K and V rows are this warp's A operands; Q and dO tiles are B operands, plain for S^T and dP^T
-  // and transposed for dK and dV.
-  const FragAddress<D> ka(sK, warp * 16 + (lane & 15), lane >> 4);
-  const FragAddress<D> va(sV, warp * 16 + (lane & 15), lane >> 4);
+  // and transposed (from column col0 on) for dK and dV.
+  const FragAddress<D> ka(sK, key_warp * 16 + (lane & 15), lane >> 4);
+  const FragAddress<D> va(sV, key_warp * 16 + (lane & 15), lane >> 4);
   const FragAddress<D> qa(sQ, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const FragAddress<D> doa(sdO, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-  const FragAddress<D> qta(sQ, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
-  const FragAddress<D> dota(sdO, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  const FragAddress<D> qta(sQ + col0 * 2, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  const FragAddress<D> dota(sdO + col0 * 2, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
-  float dk[D / 8][4], dv[D / 8][4];
+  float dk[Cfg::kDkdvCols / 8][4], dv[Cfg::kDkdvCols / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i)
+  for (int i = 0; i < Cfg::kDkdvCols / 8; ++i)
 #pragma unroll
     for (int c = 0; c < 4; ++c) dk[i][c] = dv[i][c] = 0.f;
 
@@ -362,7 +405,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         float pr = fast_exp2(fmaf(raw, c_log2, -lse2[i][c & 1]));
         if (!full) {
           const int64_t qi = m0 + col;
-          const int64_t kj = n0 + warp * 16 + g + 8 * (c / 2);
+          const int64_t kj = n0 + key_warp * 16 + g + 8 * (c / 2);
           const bool visible = qi < seq.q_len && kj >= seq.key_begin(qi, p.window_left) &&
                                kj < seq.key_end(qi, p.causal, p.window_right);
           if (!visible) pr = 0.f;
@@ -383,15 +426,16 @@ __global__ void __launch_bounds__(Cfg::kThreads)
                                Mma<T>::pack(dpt[2 * kk][2], dpt[2 * kk][3]),
                                Mma<T>::pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                                Mma<T>::pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-      if constexpr (kAtomicDq) {
-        // ads[e] holds keys g + 8 * (e & 1) at queries 16 * kk + 8 * (e >> 1) + 2 * qd, + 1.
-        const uint32_t row = sDs + ((warp * 16 + g) * Cfg::kDsStride + 16 * kk + 2 * qd) * 2;
+      // ads[e] holds keys g + 8 * (e & 1) at queries 16 * kk + 8 * (e >> 1) + 2 * qd, + 1; of the
+      // warps that share keys (and so dS), the first stores it.
+      if (kAtomicDq && col0 == 0) {
+        const uint32_t row = sDs + ((key_warp * 16 + g) * Cfg::kDsStride + 16 * kk + 2 * qd) * 2;
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           st_shared_b32(row + ((e & 1) * 8 * Cfg::kDsStride + (e >> 1) * 8) * 2, ads[e]);
       }
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < Cfg::kDkdvCols / 16; ++dp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, dota.at(dp, 2 * kk) + boff);
         Mma<T>::run(dv[2 * dp], ap, b[0], b[1]);
@@ -414,13 +458,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   T* dvp = static_cast<T*>(p.dv) + seq.k_begin * p.dv_row_stride + hk * p.dv_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t j = n0 + warp * 16 + g + 8 * r;
+    const int64_t j = n0 + key_warp * 16 + g + 8 * r;
     if (j >= seq.k_len) continue;
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      *reinterpret_cast<uint32_t*>(dkp + j * p.dk_row_stride + dn * 8 + 2 * qd) =
+    for (int dn = 0; dn < Cfg::kDkdvCols / 8; ++dn) {
+      *reinterpret_cast<uint32_t*>(dkp + j * p.dk_row_stride + col0 + dn * 8 + 2 * qd) =
           Mma<T>::pack(dk[dn][2 * r] * p.softmax_scale, dk[dn][2 * r + 1] * p.softmax_scale);
-      *reinterpret_cast<uint32_t*>(dvp + j * p.dv_row_stride + dn * 8 + 2 * qd) =
+      *reinterpret_cast<uint32_t*>(dvp + j * p.dv_row_stride + col0 + dn * 8 + 2 * qd) =
           Mma<T>::pack(dv[dn][2 * r], dv[dn][2 * r + 1]);
     }
   }
@@ -487,10 +531,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   cp_async_wait<1>();
   __syncthreads();
-  uint32_t qf[D / 16][4], dof[D / 16][4];
-  {
-    const FragAddress<D> qa(sQ, warp * 16 + (lane & 15), lane >> 4);
-    const FragAddress<D> doa(sdO, warp * 16 + (lane & 15), lane >> 4);
+  // This warp's 16 rows of Q and dO as A operands: loaded here once with kQdoInRegisters, else
+  // re-read at every key step.
+  const FragAddress<D> qa(sQ, warp * 16 + (lane & 15), lane >> 4);
+  const FragAddress<D> doa(sdO, warp * 16 + (lane & 15), lane >> 4);
+  constexpr int kKept = Cfg::kQdoInRegisters ? D / 16 : 1;
+  uint32_t qf[kKept][4], dof[kKept][4];
+  if constexpr (Cfg::kQdoInRegisters) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       ldmatrix_x4(qf[kk], qa.at(kk, 0));
@@ -527,15 +574,26 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       for (int c = 0; c < 4; ++c) s[i][c] = dp[i][c] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t aq[4], ado[4];
+      if constexpr (Cfg::kQdoInRegisters) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          aq[c] = qf[kk][c];
+          ado[c] = dof[kk][c];
+        }
+      } else {
+        ldmatrix_x4(aq, qa.at(kk, 0));
+        ldmatrix_x4(ado, doa.at(kk, 0));
+      }
 #pragma unroll
       for (int np = 0; np < kBN / 16; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, ka.at(kk, 2 * np) + boff);
-        Mma<T>::run(s[2 * np], qf[kk], b[0], b[1]);
-        Mma<T>::run(s[2 * np + 1], qf[kk], b[2], b[3]);
+        Mma<T>::run(s[2 * np], aq, b[0], b[1]);
+        Mma<T>::run(s[2 * np + 1], aq, b[2], b[3]);
         ldmatrix_x4(b, va.at(kk, 2 * np) + boff);
-        Mma<T>::run(dp[2 * np], dof[kk], b[0], b[1]);
-        Mma<T>::run(dp[2 * np + 1], dof[kk], b[2], b[3]);
+        Mma<T>::run(dp[2 * np], ado, b[0], b[1]);
+        Mma<T>::run(dp[2 * np + 1], ado, b[2], b[3]);
       }
     }
 

@@ -22,10 +22,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Tile shape of the forward kernel: kWarps warps, each owning kRowTiles x 16 query rows, and
-// kBlockN keys per K/V tile. With one row tile per warp Q stays in registers; with two, each K/V
-// fragment read from shared memory feeds two tensor-core instructions and Q is re-read from
-// shared memory instead (registers hold two rows' worth of scores and outputs).
-template <int D, int Warps, int RowTiles, int BlockN>
+// kBlockN keys per K/V tile. With one row tile per warp Q stays in registers by default; with two,
+// each K/V fragment read from shared memory feeds two tensor-core instructions and Q is re-read from
+// shared memory instead (registers hold two rows' worth of scores and outputs). QInRegisters = false
+// re-reads Q with one row tile too, where its fragments would not fit next to the outputs (d256).
+template <int D, int Warps, int RowTiles, int BlockN, bool QInRegisters = RowTiles == 1>
 struct ForwardTile {
   static constexpr int kD = D;
   static constexpr int kWarps = Warps;
@@ -33,19 +34,27 @@ struct ForwardTile {
   static constexpr int kThreads = Warps * 32;
   static constexpr int kBlockM = Warps * 16 * RowTiles;
   static constexpr int kBlockN = BlockN;
-  static constexpr bool kQInRegisters = RowTiles == 1;
-  static constexpr int kTileBytesM = kBlockM * D * 2;
-  static constexpr int kTileBytesN = kBlockN * D * 2;
+  static constexpr bool kQInRegisters = QInRegisters;
+  static constexpr int kTileBytesM = kBlockM * SwizzledTile<D>::kRowBytes;
+  static constexpr int kTileBytesN = kBlockN * SwizzledTile<D>::kRowBytes;
   static constexpr int kSmemBytes = kTileBytesM + 4 * kTileBytesN;  // Q, K x2, V x2
   static_assert(BlockN % 16 == 0 && RowTiles >= 1, "key tiles are multiples of 16");
+  static_assert(!QInRegisters || RowTiles == 1, "Q fragments in registers serve one row tile");
 };
 
 // The shape each head dim is compiled with. Measured on the H200 (bf16, d128, causal, 16 heads;
 // experiments/tile_shapes.cu, 2026-11-30): 4 warps x 2 row tiles x 32 keys ran 16 x 4k at 294
 // TFLOP/s against 227 for 4 warps x 1 row tile x 64 keys (286 for 8 x 1 x 64, 133 for 4 x 1 x 128,
-// which spills); 1k and 16k sequences ranked the same way within 2%.
+// which spills); 1k and 16k sequences ranked the same way within 2%. d64 and d96 take the same
+// shape (d96: 96 fp32 outputs per thread where d128 has 128).
 template <int D>
 struct ForwardConfig : ForwardTile<D, 4, 2, 32> {};
+// d256: two row tiles would hold 256 fp32 outputs per thread; one holds 128, and Q's fragments
+// would add 64 registers, so Q is re-read from shared memory (247 registers without spills). 8
+// warps: FlashAttention-2's 128 x 64 d256 shape with half the keys per tile, so that the
+// double-buffered K and V fit beside Q in 128 KB (sm_80 allows 163 KB).
+template <>
+struct ForwardConfig<256> : ForwardTile<256, 8, 1, 32, false> {};
 
 // The softmax runs on "raw" scores r with probabilities exp2(r * c - max * c): without softcap r is
 // q.k itself and c = scale * log2(e), so the scale costs nothing (one FFMA per element, as the

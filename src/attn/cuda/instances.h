@@ -37,9 +37,13 @@ inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
   void run_backward<T, D>(const AttentionBackwardParams& params, void* workspace,            \
                           cudaStream_t stream);
 VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 64)
+VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 96)
 VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 128)
+VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 256)
 VARPACK_DECLARE_INSTANCE(__half, 64)
+VARPACK_DECLARE_INSTANCE(__half, 96)
 VARPACK_DECLARE_INSTANCE(__half, 128)
+VARPACK_DECLARE_INSTANCE(__half, 256)
 #undef VARPACK_DECLARE_INSTANCE
 
 }  // namespace varpack::cuda

@@ -132,44 +132,53 @@ __device__ __forceinline__ float fast_tanh(float x) {
 // A tile of ROWS x D 16-bit elements in shared memory, rows of D/8 16-byte chunks. Chunk c of
 // row r is stored at chunk c ^ (r & 7): the 8 rows an ldmatrix reads then hit 8 different bank
 // groups, so neither the cp.async writes nor the ldmatrix reads conflict.
+// The XOR keeps a chunk inside its block of 8, so a row takes a whole number of 128-byte blocks:
+// at d96 (12 chunks) chunks 8..11 land anywhere in 8..15 and the row is padded to 256 bytes, as at
+// d128. Padding is the simplest layout that stays conflict-free (a packed 192-byte row would need
+// a second swizzle for its 32-column tail); it costs d96 a third more shared memory than its data
+// (64 KB per forward block, the same as d128), and the padding is never written or read.
 template <int D>
 struct SwizzledTile {
-  static_assert(D % 64 == 0, "rows must hold a multiple of 8 chunks for the XOR swizzle");
+  static_assert(D % 16 == 0, "rows must hold whole 16-column k-steps");
   static constexpr int kChunks = D / 8;
+  static constexpr int kRowBytes = (D + 63) / 64 * 128;
   __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
-    return static_cast<uint32_t>(row * D * 2 + ((chunk ^ (row & 7)) * 16));
+    return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) * 16));
   }
 };
 
 // Per-thread ldmatrix addresses into a SwizzledTile<D> for k-steps kk = 0 .. D/16-1 (chunks
 // 2*kk + half) at rows row + 8*rows8. The XOR only touches the low 3 chunk bits and row & 7 is fixed
 // per thread, so four base offsets cover every step: the rest is an immediate the compiler folds
-// into the instruction, instead of one live register per (row, step) address.
+// into the instruction, instead of one live register per (row, step) address. For the same reason
+// `tile` may be a column offset of a whole number of 64-column blocks into a tile.
 template <int D>
 struct FragAddress {
   uint32_t base[4];
   __device__ __forceinline__ FragAddress(uint32_t tile, int row, int half) {
 #pragma unroll
-    for (int kq = 0; kq < 4; ++kq)
-      base[kq] = tile + static_cast<uint32_t>(row * D * 2 + (((2 * kq + half) ^ (row & 7)) * 16));
+    for (int kq = 0; kq < 4; ++kq) base[kq] = tile + SwizzledTile<D>::offset(row, 2 * kq + half);
   }
   // kk and rows8 (rows in units of 8) must be compile-time constants after unrolling.
   __device__ __forceinline__ uint32_t at(int kk, int rows8) const {
-    return base[kk & 3] + static_cast<uint32_t>((kk >> 2) * 128 + rows8 * 8 * D * 2);
+    return base[kk & 3] +
+           static_cast<uint32_t>((kk >> 2) * 128 + rows8 * 8 * SwizzledTile<D>::kRowBytes);
   }
 };
 
 // Copies rows [row0, row0 + ROWS) of one head of a [rows, heads, D] tensor into a swizzled tile;
-// rows at or past `valid_rows` are zero-filled. All threads of the block take part.
+// rows at or past `valid_rows` are zero-filled. All threads of the block take part; where the
+// chunks do not divide evenly among them (d96: 16 rows of 12 chunks for 128 threads), the last
+// round leaves some threads idle.
 template <int ROWS, int D, int THREADS, class T>
 __device__ __forceinline__ void load_tile_async(uint32_t tile, const T* base, int64_t row_stride,
                                                 int64_t row0, int64_t valid_rows) {
   constexpr int kChunks = D / 8;
   constexpr int kTotal = ROWS * kChunks;
-  static_assert(kTotal % THREADS == 0, "tile chunks must divide evenly among the threads");
 #pragma unroll
-  for (int it = 0; it < kTotal / THREADS; ++it) {
+  for (int it = 0; it < (kTotal + THREADS - 1) / THREADS; ++it) {
     const int idx = it * THREADS + static_cast<int>(threadIdx.x);
+    if (kTotal % THREADS != 0 && idx >= kTotal) break;
     const int r = idx / kChunks;
     const int c = idx % kChunks;
     const bool valid = row0 + r < valid_rows;

@@ -3,8 +3,8 @@
 // (attention_forward_reference / attention_backward_reference) on the same 16-bit-rounded inputs;
 // each case runs both backward modes (deterministic, and atomic dQ).
 // Outputs are poisoned (NaN bytes) before each run: every valid row must be written, every row past
-// cu_seqlens[-1] left alone. Run: ./test_attention_cuda [seed [max_cases]] (a small max_cases
-// for compute-sanitizer); exit status 0 = all cases passed.
+// cu_seqlens[-1] left alone. Run: ./test_attention_cuda [seed [max_cases [first_case]]] (a few
+// cases for compute-sanitizer: max_cases from first_case on); exit status 0 = all cases passed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -239,11 +239,29 @@ int main(int argc, char** argv) {
   std::vector<int32_t> long_kl = long_edges;
   for (int32_t& l : long_kl) l = l + 37;
   cases.push_back({DType::bf16, 128, 2, 2, true, 300, -1, 0.f, long_edges, long_kl});  // + window
-  if (argc > 2) cases.resize(std::min(cases.size(), static_cast<size_t>(std::atoi(argv[2]))));
+  // Head dims 96 and 256 (the mma.sync kernels on every device; d96 pads its shared-memory rows,
+  // d256 splits dK/dV over two warps per 16 keys): both dtypes causal and not, with GQA and MQA;
+  // then q and k lengths that differ, windows, softcap, and sequences of many tiles.
+  for (DType t : {DType::bf16, DType::f16})
+    for (int d : {96, 256}) {
+      cases.push_back({t, d, 4, 2, false, -1, -1, 0.f, edges, edges});
+      cases.push_back({t, d, 4, 1, true, -1, -1, 0.f, edges, edges});
+    }
+  for (int d : {96, 256}) {
+    cases.push_back({DType::bf16, d, 4, 2, true, -1, -1, 0.f, edges, kl});      // k longer than q
+    cases.push_back({DType::f16, d, 4, 2, true, -1, -1, 0.f, kl, edges});       // q longer than k
+    cases.push_back({DType::f16, d, 4, 1, false, 40, 7, 0.f, edges, kl});       // window
+    cases.push_back({DType::bf16, d, 2, 2, true, 100, -1, 0.f, kl, kl});        // causal + window
+    cases.push_back({DType::bf16, d, 4, 2, true, -1, -1, 2.f, kl, kl});         // softcap
+    cases.push_back({DType::f16, d, 2, 1, false, -1, -1, 3.f, {1000, 65, 0, 385}, {1000, 65, 0, 385}});
+  }
+  const size_t first = argc > 3 ? std::min(cases.size(), static_cast<size_t>(std::atoi(argv[3]))) : 0;
+  const size_t count = argc > 2 ? static_cast<size_t>(std::atoi(argv[2])) : cases.size();
+  const size_t end = std::min(cases.size(), first + count);
   int failures = 0;
-  for (size_t i = 0; i < cases.size(); ++i)
+  for (size_t i = first; i < end; ++i)
     failures += run_case(cases[i], rng, static_cast<int>(i)) ? 0 : 1;
   std::printf("%s: %d of %zu cases failed (seed %u)\n", failures ? "FAILED" : "PASSED", failures,
-              cases.size(), seed);
+              end - first, seed);
   return failures ? 1 : 0;
 }
