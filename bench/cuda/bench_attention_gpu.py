@@ -3,11 +3,16 @@
 Peers: torch.nn.attention.varlen.varlen_attn (FlashAttention-2 inside torch), SDPA with the cuDNN
 backend and with the flash backend on the padded batch, and FlexAttention with a document mask on the
 packed tokens. bf16, 16 heads x 128, causal. Points: 64k tokens as 64 x 1k, 16 x 4k, 4 x 16k, and
-16 rows of 4096 at padding rates 3..90% exactly. Times are medians of CUDA-event timings after
-warm-up; useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2 forward, 2.5x that backward
-(backward time = forward+backward time - forward time).
+16 rows of 4096 at padding rates 3..90% exactly; then 16 x 4k at head dims 64, 96 and 256 (no
+FlexAttention there: each new shape costs a compilation). At 16 x 4k varpack's deterministic
+backward is timed too ("varpack deterministic", not a peer). Times are medians of CUDA-event
+timings after warm-up, with every repetition queued before the host waits (as in training, the
+host's per-call time is hidden; --sync-each-rep counts it, as this script did until
+2026-12-01); useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2 forward, 2.5x
+that backward (backward time = forward+backward time - forward time).
 
 Run: python bench/cuda/bench_attention_gpu.py [--out table.md] [--reps 20] [--no-flex]
+[--sync-each-rep]
 """
 
 from __future__ import annotations
@@ -23,24 +28,30 @@ import torch.nn.functional as F
 
 import varpack
 
-H, D = 16, 128
+H = 16
 DT = torch.bfloat16
 DEV = "cuda"
 
 
-def median_ms(fn, reps, warmup=3):
+def median_ms(fn, reps, warmup=3, sync_each=False):
+    """Median GPU time of fn() between CUDA events. By default the host queues every repetition
+    before waiting, as a training loop does, so the host's own time per call (Python, argument
+    checks, launches) is hidden behind the previous call's kernels; sync_each waits after each one,
+    so that time counts too."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
+    pairs = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
         b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+        if sync_each:
+            b.synchronize()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
 
 
 def padded_lengths(rows, row, rate, seed):
@@ -61,12 +72,15 @@ def padded_lengths(rows, row, rate, seed):
 
 
 def points():
-    pts = [("64 x 1k", [1024] * 64, 1024), ("16 x 4k", [4096] * 16, 4096),
-           ("4 x 16k", [16384] * 4, 16384)]
+    """(name, lengths, padded row length, head dim)."""
+    pts = [("64 x 1k", [1024] * 64, 1024, 128), ("16 x 4k", [4096] * 16, 4096, 128),
+           ("4 x 16k", [16384] * 4, 16384, 128)]
     for rate in (0.03, 0.10, 0.25, 0.50, 0.75, 0.90):
         lens = padded_lengths(16, 4096, rate, seed=7)
         real = 1 - sum(lens) / (16 * 4096)
-        pts.append((f"16x4096 pad {real:.1%}", lens, 4096))
+        pts.append((f"16x4096 pad {real:.1%}", lens, 4096, 128))
+    for d in (64, 96, 256):
+        pts.append((f"16 x 4k d{d}", [4096] * 16, 4096, d))
     return pts
 
 
@@ -81,17 +95,17 @@ def torch_varlen():
     return lambda q, k, v, cu, m: varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0))
 
 
-def measure(fn_fwd, inputs, dout, reps):
+def measure(fn_fwd, inputs, dout, reps, sync_each):
     """(forward ms, forward+backward ms) of out = fn_fwd(*inputs)."""
     with torch.no_grad():
-        fwd = median_ms(lambda: fn_fwd(*inputs), reps)
+        fwd = median_ms(lambda: fn_fwd(*inputs), reps, sync_each=sync_each)
 
     def step():
         for t in inputs:
             t.grad = None
         fn_fwd(*inputs).backward(dout)
 
-    both = median_ms(step, reps)
+    both = median_ms(step, reps, sync_each=sync_each)
     return fwd, both
 
 
@@ -100,6 +114,8 @@ def main():
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--sync-each-rep", action="store_true",
+                    help="wait for each repetition, so the host's time per call counts too")
     args = ap.parse_args()
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -115,38 +131,46 @@ def main():
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; torch {torch.__version__}; varlen_attn: {varlen_attn is not None}")
     rows = []
-    for name, lens, row in points():
+    for name, lens, row, d in points():
         total = sum(lens)
-        flops = sum(4 * H * D * n * n / 2 for n in lens)
+        flops = sum(4 * H * d * n * n / 2 for n in lens)
         cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32,
                           device=DEV)
         mx = max(lens)
-        q, k, v = (torch.randn(total, H, D, device=DEV, dtype=DT, requires_grad=True)
+        q, k, v = (torch.randn(total, H, d, device=DEV, dtype=DT, requires_grad=True)
                    for _ in range(3))
-        dout = torch.randn(total, H, D, device=DEV, dtype=DT)
+        dout = torch.randn(total, H, d, device=DEV, dtype=DT)
         res = {}
         res["varpack"] = measure(
             lambda q, k, v: varpack.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True),
-            (q, k, v), dout, args.reps)
+            (q, k, v), dout, args.reps, args.sync_each_rep)
+        if name == "16 x 4k":
+            res["varpack deterministic"] = measure(
+                lambda q, k, v: varpack.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx,
+                                                               causal=True, deterministic=True),
+                (q, k, v), dout, args.reps, args.sync_each_rep)
         if varlen_attn is not None:
-            res["torch varlen (FA2)"] = measure(lambda q, k, v: varlen_attn(q, k, v, cu, mx),
-                                                (q, k, v), dout, args.reps)
-        # Padded batch: one sequence per row of `row` tokens, [B, H, L, D].
+            try:
+                res["torch varlen (FA2)"] = measure(lambda q, k, v: varlen_attn(q, k, v, cu, mx),
+                                                    (q, k, v), dout, args.reps, args.sync_each_rep)
+            except RuntimeError as e:
+                print(f"torch varlen failed at {name}: {e}", file=sys.stderr)
+        # Padded batch: one sequence per row of `row` tokens, [B, H, L, d].
         b = len(lens)
-        qp, kp, vp = (torch.randn(b, H, row, D, device=DEV, dtype=DT, requires_grad=True)
+        qp, kp, vp = (torch.randn(b, H, row, d, device=DEV, dtype=DT, requires_grad=True)
                       for _ in range(3))
-        dp = torch.randn(b, H, row, D, device=DEV, dtype=DT)
+        dp = torch.randn(b, H, row, d, device=DEV, dtype=DT)
         for label, backend in (("cuDNN SDPA padded", SDPBackend.CUDNN_ATTENTION),
                                ("FA2 SDPA padded", SDPBackend.FLASH_ATTENTION)):
             try:
                 with sdpa_kernel(backend):
                     res[label] = measure(
                         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                        (qp, kp, vp), dp, args.reps)
+                        (qp, kp, vp), dp, args.reps, args.sync_each_rep)
             except RuntimeError as e:
                 print(f"{label} failed at {name}: {e}", file=sys.stderr)
         del qp, kp, vp, dp
-        if flex is not None:
+        if flex is not None and d == 128:
             try:
                 flex_fn, create_block_mask = flex
                 padded_total = (total + 127) // 128 * 128
@@ -160,11 +184,11 @@ def main():
 
                 mask = create_block_mask(doc_causal, None, None, padded_total, padded_total,
                                          device=DEV)
-                qf, kf, vf = (torch.randn(1, H, padded_total, D, device=DEV, dtype=DT,
+                qf, kf, vf = (torch.randn(1, H, padded_total, d, device=DEV, dtype=DT,
                                           requires_grad=True) for _ in range(3))
-                dfl = torch.randn(1, H, padded_total, D, device=DEV, dtype=DT)
+                dfl = torch.randn(1, H, padded_total, d, device=DEV, dtype=DT)
                 res["Flex doc mask"] = measure(lambda q, k, v: flex_fn(q, k, v, block_mask=mask),
-                                               (qf, kf, vf), dfl, args.reps)
+                                               (qf, kf, vf), dfl, args.reps, args.sync_each_rep)
                 del qf, kf, vf, dfl
             except Exception as e:  # noqa: BLE001
                 print(f"Flex failed at {name}: {e}", file=sys.stderr)
@@ -185,7 +209,7 @@ def main():
               "varpack / it (fwd+bwd) |", "|---|---|---|---|---|"]
     for name in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == name and r[1] == "varpack"]
-        peers = [r for r in rows if r[0] == name and r[1] != "varpack"]
+        peers = [r for r in rows if r[0] == name and not r[1].startswith("varpack")]
         if not mine or not peers:
             continue
         pf = min(peers, key=lambda r: r[2])

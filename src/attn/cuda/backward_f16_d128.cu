@@ -1,5 +1,5 @@
-// Backward kernel instance: f16, head dim 128; the atomic-dQ mode on the Hopper kernel where it
-// serves the device.
+// Backward kernel instance: f16, head dim 128; the Hopper kernel (both modes) where it serves the
+// device.
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/hopper_backward.cuh"
 #include "attn/cuda/hopper_path.h"
@@ -10,7 +10,7 @@ namespace varpack::cuda {
 template <>
 void run_backward<__half, 128>(const AttentionBackwardParams& params, void* workspace,
                               cudaStream_t stream) {
-  if (!params.deterministic && use_hopper_kernels())
+  if (use_hopper_kernels())
     launch_hopper_backward<__half, 128>(params, workspace, stream);
   else launch_backward<__half, 128>(params, workspace, stream);
 }

@@ -678,6 +678,16 @@ void launch_delta(const AttentionBackwardParams& p, float* delta, float* dq_accu
   check_launch("the backward delta kernel");
 }
 
+// The deterministic mode's dQ pass: dQ per query tile, no atomics.
+template <class T, class Dq>
+void launch_dq_pass(const AttentionBackwardParams& p, const float* delta, cudaStream_t stream) {
+  const int64_t query_slots = slot_count(p.total_q, p.batch, Dq::kQueriesPerBlock);
+  if (query_slots > 0 && p.heads > 0)
+    launch_backward_pass(p.softcap > 0.f ? dq_kernel<T, Dq, true> : dq_kernel<T, Dq, false>,
+                         Dq::kThreads, Dq::kSmemBytes, query_slots, p.heads,
+                         "the backward dQ kernel", stream, p, delta);
+}
+
 // Deterministic backward with explicit tile shapes (the experiments build several; the library
 // one). workspace: Delta (delta_workspace_bytes).
 template <class T, class Dkdv, class Dq>
@@ -687,7 +697,6 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
   float* delta = static_cast<float*>(workspace);
   launch_delta<T, D>(p, delta, nullptr, stream);
   const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
-  const int64_t query_slots = slot_count(p.total_q, p.batch, Dq::kQueriesPerBlock);
   const bool softcap = p.softcap > 0.f;
   float* const no_accum = nullptr;
   if (key_slots > 0 && p.kv_heads > 0)
@@ -695,10 +704,7 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
                          Dkdv::kThreads, Dkdv::kSmemBytes, key_slots, p.kv_heads,
                          "the backward dK/dV kernel", stream, p, static_cast<const float*>(delta),
                          no_accum);
-  if (query_slots > 0 && p.heads > 0)
-    launch_backward_pass(softcap ? dq_kernel<T, Dq, true> : dq_kernel<T, Dq, false>, Dq::kThreads,
-                         Dq::kSmemBytes, query_slots, p.heads, "the backward dQ kernel", stream, p,
-                         static_cast<const float*>(delta));
+  launch_dq_pass<T, Dq>(p, delta, stream);
 }
 
 // Non-deterministic (atomic dQ) backward around a dK/dV/dQ launch: computes Delta and clears the

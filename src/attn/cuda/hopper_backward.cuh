@@ -1,5 +1,7 @@
-// Varlen attention backward on Hopper's wgmma (sm_90a), the atomic-dQ mode (FlashAttention's
-// default; the deterministic mode stays on the mma.sync passes of backward_kernels.cuh). One block =
+// Varlen attention backward on Hopper's wgmma (sm_90a). The atomic-dQ mode (FlashAttention's
+// default) is this kernel alone; the deterministic mode runs it without dQ (kAtomicDq = false:
+// no dS^T staging, dQ product or reducing warp), then the mma.sync dQ pass of backward_kernels.cuh
+// (no Hopper dQ pass yet). One block =
 // 128 keys of one kv head; it walks every query tile of 64 (of every q head of its group) that can
 // see its keys. The block is warp-specialized:
 // - all threads load K, V and the first query tile's Q, dO, lse and Delta together; then
@@ -88,7 +90,7 @@ enum HopperBackwardBarrier : int {
   kDqEmpty = 4,  // + buffer: the reducing warp has read that buffer's previous dQ
 };
 
-template <class T, class Cfg, bool kSoftcap>
+template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_backward_kernel(const AttentionBackwardParams p, const __grid_constant__ CUtensorMap q_map,
                            const __grid_constant__ CUtensorMap dout_map, const float* delta,
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (warp == 2 && iters > 0) {
+    } else if (kAtomicDq && warp == 2 && iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
       // compute warpgroups' next use of it waits for) once its reductions have read it.
@@ -330,10 +332,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int r = 0; r < 2; ++r) {
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
         dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
-        st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
-                      dsf[i / 2][(i & 1) * 2 + r]);
+        if constexpr (kAtomicDq)
+          st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+                        dsf[i / 2][(i & 1) * 2 + r]);
       }
-    fence_proxy_async();
+    if constexpr (kAtomicDq) fence_proxy_async();
 
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries).
     pin_registers(dv);
@@ -345,45 +348,52 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
     }
     wgmma_commit();
-    // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
-    // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
-    named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+    if constexpr (kAtomicDq) {
+      // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
+      // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
+      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
 
-    // dQ[:, this warpgroup's columns] = dS K over the block's keys: A = dS^T read MN-major,
-    // B = K read MN-major (rows = keys).
-    float dq[kDqCols / 2];
-    pin_registers(dq);
-    wgmma_fence();
+      // dQ[:, this warpgroup's columns] = dS K over the block's keys: A = dS^T read MN-major,
+      // B = K read MN-major (rows = keys).
+      float dq[kDqCols / 2];
+      pin_registers(dq);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)
-      Wgmma<T, kDqCols>::template ss<1, 1>(
-          dq, gmma_desc(sDs + kk * 2048, DsTile::kBlockBytes, 1024),
-          gmma_desc(k_cols + kk * 2048, KvTile::kBlockBytes, 1024), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin_registers(dq);
-    mbarrier_arrive(stage_empty(s));  // Q, dO and the row statistics of stage s are read
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        Wgmma<T, kDqCols>::template ss<1, 1>(
+            dq, gmma_desc(sDs + kk * 2048, DsTile::kBlockBytes, 1024),
+            gmma_desc(k_cols + kk * 2048, KvTile::kBlockBytes, 1024), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      pin_registers(dq);
+      mbarrier_arrive(stage_empty(s));  // Q, dO and the row statistics of stage s are read
 
-    // Hand dQ to the reducing warp. Accumulator rows are queries (warp % 4) * 16 + g + 8r of the
-    // tile, columns wg * kDqCols + 8n + 2qd + {0, 1}.
-    const int b = it % Cfg::kDqBuffers;
-    named_barrier_sync(kDqEmpty + b, kDqHandoff);
+      // Hand dQ to the reducing warp. Accumulator rows are queries (warp % 4) * 16 + g + 8r of the
+      // tile, columns wg * kDqCols + 8n + 2qd + {0, 1}.
+      const int b = it % Cfg::kDqBuffers;
+      named_barrier_sync(kDqEmpty + b, kDqHandoff);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t row = sDq + b * Cfg::kDqBytes + ((warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                           (wg * kDqCols + 2 * qd) * 4;
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t row = sDq + b * Cfg::kDqBytes +
+                             ((warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (wg * kDqCols + 2 * qd) * 4;
 #pragma unroll
-      for (int n = 0; n < kDqCols / 8; ++n)
-        st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+        for (int n = 0; n < kDqCols / 8; ++n)
+          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+      }
+      fence_proxy_async();  // before the bulk reductions read them
+      named_barrier_arrive(kDqFull + b, kDqHandoff);
+    } else {
+      wgmma_wait<0>();
+      mbarrier_arrive(stage_empty(s));  // Q, dO and the row statistics of stage s are read
     }
-    fence_proxy_async();  // before the bulk reductions read them
-    named_barrier_arrive(kDqFull + b, kDqHandoff);
   }
   pin_registers(dv);
   pin_registers(dk);
 
   // dK and dV go out through shared memory (WarpRowsOut), in K and V's tiles once both compute
-  // warpgroups' last dQ product (which reads all of K) is done.
+  // warpgroups are done with them (their last dQ product reads all of K; a warp's scratch spans
+  // the other warpgroup's rows).
   using RowsOut = WarpRowsOut<T, D>;
   static_assert(8 * RowsOut::kScratchBytes <= 2 * KvTile::kBytes, "K and V hold 8 warps' rows");
   named_barrier_sync(kDsReady, Cfg::kComputeThreads);
@@ -401,25 +411,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// The atomic-dQ backward with the Hopper dK/dV/dQ kernel.
+// The Hopper kernel over (key slot, kv head): dK and dV, and with kAtomicDq dQ into dq_accum.
+template <class T, int D, bool kAtomicDq>
+void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, float* dq_accum,
+                        cudaStream_t stream) {
+  using Cfg = HopperBackwardConfig<D>;
+  const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
+  if (key_slots <= 0 || p.kv_heads <= 0) return;
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const CUtensorMap q_map = head_tile_map(p.q, kBf16, p.total_q, p.heads, D, p.q_row_stride,
+                                          p.q_head_stride, Cfg::kQueryStep);
+  const CUtensorMap dout_map = head_tile_map(p.dout, kBf16, p.total_q, p.heads, D,
+                                             p.dout_row_stride, p.dout_head_stride,
+                                             Cfg::kQueryStep);
+  launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
+                                       : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
+                       Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
+                       "the Hopper backward kernel", stream, p, q_map, dout_map, delta, dq_accum);
+}
+
+// The backward on Hopper in p.deterministic's mode: atomic dQ in the one kernel, or dK and dV
+// there and dQ by the mma.sync dQ pass (no atomics, bit-identical run to run).
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
-  using Cfg = HopperBackwardConfig<D>;
-  run_atomic_backward<T, D>(p, workspace, stream, [&](const float* delta, float* dq_accum,
-                                                      cudaStream_t s) {
-    const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
-    if (key_slots <= 0 || p.kv_heads <= 0) return;
-    constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-    const CUtensorMap q_map = head_tile_map(p.q, kBf16, p.total_q, p.heads, D, p.q_row_stride,
-                                            p.q_head_stride, Cfg::kQueryStep);
-    const CUtensorMap dout_map = head_tile_map(p.dout, kBf16, p.total_q, p.heads, D,
-                                               p.dout_row_stride, p.dout_head_stride,
-                                               Cfg::kQueryStep);
-    launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true>
-                                         : hopper_backward_kernel<T, Cfg, false>,
-                         Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
-                         "the Hopper backward kernel", s, p, q_map, dout_map, delta, dq_accum);
-  });
+  if (p.deterministic) {
+    float* delta = static_cast<float*>(workspace);
+    launch_delta<T, D>(p, delta, nullptr, stream);
+    launch_hopper_dkdv<T, D, false>(p, delta, nullptr, stream);
+    launch_dq_pass<T, DqConfig<D>>(p, delta, stream);
+    return;
+  }
+  run_atomic_backward<T, D>(p, workspace, stream,
+                            [&](const float* delta, float* dq_accum, cudaStream_t s) {
+                              launch_hopper_dkdv<T, D, true>(p, delta, dq_accum, s);
+                            });
 }
 
 }  // namespace varpack::cuda
