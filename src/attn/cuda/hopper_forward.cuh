@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // eighth of one multiprocessor's share of the work, taken at its least: every sequence as long as
 // the average (Cauchy-Schwarz), about half of it under causal masking. Not with a sliding window (not
 // measured). Measured on the H200 (bf16, d128, causal, 16 heads, standalone benchmark, one call,
-// 2026-12-01 06:15 UTC), TFLOP/s with 1 / 2 / 4 heads per block: 64 x 1k 293 / 317 / 325, 16 x 4k
+// 2026-12-01 06:17 UTC), TFLOP/s with 1 / 2 / 4 heads per block: 64 x 1k 293 / 317 / 325, 16 x 4k
 // 444 / 448 / 464, 4 x 16k 504 / 504 / 504; 16 x 4096 at 3 / 25 / 50 / 75 / 90% padding 406 / 409
 // / 400, 395 / 407 / 385, 368 / 364 / 344, 265 / 261 / 225, 138 / 132 / 110.
 // VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
