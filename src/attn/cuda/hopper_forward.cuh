@@ -372,6 +372,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
             h * p.out_head_stride,
         p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+    // The scratch stage is refilled by the TMA unit (the async proxy) after the next head's first
+    // block-wide barrier: order this thread's accesses to it before that.
+    fence_proxy_async();
   }
 #endif
 }
