@@ -69,6 +69,9 @@ class PackedFile:
         h = {name: int(np.frombuffer(head, dtype, 1, at)[0]) for name, at, dtype in _HEADER_FIELDS}
         if h["version"] != VERSION:
             self._fail(f"format version {h['version']}; this reader reads version {VERSION}")
+        if h["header_bytes"] != HEADER_BYTES:
+            self._fail(f"corrupt header: it says it is {h['header_bytes']} bytes long; version {VERSION} "
+                       f"headers are {HEADER_BYTES}")
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
         if h["file_bytes"] != self._map.size:
             self._fail(f"truncated or corrupt: the header says {h['file_bytes']} bytes, "
@@ -76,18 +79,21 @@ class PackedFile:
         t, p, r = h["num_tokens"], h["num_pieces"], h["num_rows"]
         if min(t, p, r, h["num_samples"], h["max_seqlen"]) < 0:
             self._fail("corrupt header (a negative count)")
+        # The whole layout is checked before any section is viewed: a section the file's end cuts
+        # short can have a size that is no multiple of its dtype's, which numpy refuses itself.
         offsets = np.frombuffer(head, "<u8", len(_SECTIONS), _OFFSETS_AT)
-        at = HEADER_BYTES
+        sections, at = [], HEADER_BYTES
         for i, (name, dtype, count) in enumerate(_SECTIONS):
             at = _align_up(at)
-            n = count(t, p, r)
             if int(offsets[i]) != at:
                 self._fail(f"corrupt header (section {name} is not where the counts put it)")
-            nbytes = n * np.dtype(dtype).itemsize
-            setattr(self, name, self._map[at:at + nbytes].view(dtype))
+            nbytes = count(t, p, r) * np.dtype(dtype).itemsize
+            sections.append((name, dtype, at, nbytes))
             at += nbytes
         if at != h["file_bytes"]:
             self._fail("corrupt header (the sections do not end where the file ends)")
+        for name, dtype, at, nbytes in sections:
+            setattr(self, name, self._map[at:at + nbytes].view(dtype))
         self.pieces = self.pieces.reshape(p, 3)
         self.capacity = h["capacity"]
         self.num_samples = h["num_samples"]
@@ -99,13 +105,20 @@ class PackedFile:
 
     def _check_tables(self, t, p, r):
         cu, pieces = self.cu_seqlens, self.pieces
-        if cu[0] != 0 or cu[-1] != t or not np.array_equal(np.diff(cu), pieces[:, 2]):
+        # The tables are compared before they are subtracted: np.diff wraps around int64, so a
+        # crafted cu_seqlens could step by the piece lengths modulo 2^64 while leaving [0, T] (and
+        # a crafted row_pieces index outside the pieces); rising from 0 to T, no difference wraps.
+        if (cu[0] != 0 or cu[-1] != t or np.any(cu[1:] < cu[:-1])
+                or not np.array_equal(np.diff(cu), pieces[:, 2])):
             self._fail("corrupt: the pieces disagree with cu_seqlens")
-        if p and (pieces.min(initial=0) < 0 or pieces[:, 0].max() >= self.num_samples
-                  or pieces[:, 2].max() > self.max_seqlen):
+        if p and (pieces.min(initial=0) < 0 or pieces[:, 0].max() >= self.num_samples):
             self._fail("corrupt: a piece is out of range")
+        longest = int(pieces[:, 2].max(initial=0))
+        if longest != self.max_seqlen:
+            self._fail(f"corrupt header: max_seqlen is {self.max_seqlen}, the longest piece has "
+                       f"{longest} tokens")
         rp, ro = self.row_pieces, self.row_offsets
-        if rp[0] != 0 or rp[-1] != p or np.any(np.diff(rp) < 0) or not np.array_equal(ro, cu[rp]):
+        if rp[0] != 0 or rp[-1] != p or np.any(rp[1:] < rp[:-1]) or not np.array_equal(ro, cu[rp]):
             self._fail("corrupt: the row tables disagree with the pieces")
 
     @property

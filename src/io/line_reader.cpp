@@ -44,9 +44,15 @@ int64_t for_each_line(const std::string& path,
   if (S_ISDIR(st.st_mode)) throw Error(path + ": is a directory, not a JSONL file");
   const uint64_t total = S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
 
+  // A regular file smaller than a chunk gets a buffer of its size + 1 (the + 1 lets the read that
+  // finds the end land without growing it): scanning many small files, or one file per fuzz
+  // execution, then does not allocate and zero a whole chunk each time (under AddressSanitizer
+  // that was two thirds of the time, in page faults on fresh pages). Same lines either way.
+  const size_t first_capacity =
+      S_ISREG(st.st_mode) && total < kChunkBytes ? static_cast<size_t>(total) + 1 : kChunkBytes;
   // buffer[begin, end) holds bytes read but not yet handed out; `scanned` marks how far we
   // already looked for a newline, so a long line is not rescanned after each read.
-  std::vector<char> buffer(kChunkBytes + simdjson::SIMDJSON_PADDING);
+  std::vector<char> buffer(first_capacity + simdjson::SIMDJSON_PADDING);
   size_t begin = 0, end = 0, scanned = 0;
   uint64_t bytes_read = 0;
   int64_t line = 0;

@@ -1,6 +1,7 @@
 // The chunked line reader under the JSONL reader and the packed-file check: reads a file in
-// 1 MiB chunks into one buffer that grows only to the longest line, and hands out each line
-// with simdjson's padding readable after it, so lines parse in place without a copy.
+// 1 MiB chunks (a smaller file in one read) into one buffer that grows only to the longest line,
+// and hands out each line with simdjson's padding readable after it, so lines parse in place
+// without a copy.
 #pragma once
 
 #include <cstddef>

@@ -87,8 +87,12 @@ PackedFile::PackedFile(const std::string& path)
   int64_t longest = 0;
   for (int64_t p = 0; p < h.num_pieces; ++p) {
     const int64_t sample = pieces_[3 * p], length = pieces_[3 * p + 2];
+    // cu_seqlens_[p] is in [0, T] here, so the length is held against what is left of T before
+    // the sum is formed: a crafted table of lengths up to 2^56 could otherwise overflow it and
+    // wrap around to pass (rows then had sizes near 2^63).
     if (sample < 0 || sample >= h.num_samples || pieces_[3 * p + 1] < 0 || length < 0 ||
-        length > h.max_seqlen || cu_seqlens_[p + 1] != cu_seqlens_[p] + length) {
+        length > h.max_seqlen || length > h.num_tokens - cu_seqlens_[p] ||
+        cu_seqlens_[p + 1] != cu_seqlens_[p] + length) {
       throw fail("corrupt: piece " + std::to_string(p) + " disagrees with cu_seqlens");
     }
     longest = std::max(longest, length);

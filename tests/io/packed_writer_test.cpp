@@ -240,6 +240,54 @@ TEST(PackedFile, RejectsCorruptFiles) {
   expect_rejected(piece, "disagrees with cu_seqlens");
 }
 
+// A piece table crafted so that cu_seqlens steps by the piece lengths only modulo 2^64: 256 of
+// the 300 pieces claim 2^56 tokens (within the header's limits), which adds up to 2^64, i.e. 0,
+// and the last piece makes up the rest. Summed in int64 that overflowed; wrapped, it passed every
+// check and rows came out with sizes near 2^63.
+TEST(PackedFile, RejectsPieceLengthsThatWrapAround) {
+  TempDir dir;
+  TokenStore store;
+  for (int32_t i = 0; i < 300; ++i) store.add(std::vector<int32_t>{i});
+  PackOptions options;
+  options.capacity = 64;
+  const PackPlan plan = plan_packing(store.lengths(), options);
+  const std::string path = dir.file("wrapped.bin");
+  write_packed(path, OutputFormat::binary, plan, store);
+  std::string bytes = read_file(path);
+  // Element `index` of int64 section `section`, whose offset is at byte 72 + 8 * section.
+  auto at = [&](int section, int64_t index) {
+    uint64_t offset = 0;
+    std::memcpy(&offset, bytes.data() + 72 + 8 * section, 8);
+    return bytes.data() + offset + 8 * static_cast<uint64_t>(index);
+  };
+  constexpr int cu_seqlens = 3, row_offsets = 4, row_pieces = 5, pieces = 6;
+  const auto num_pieces = static_cast<int64_t>(plan.pieces.size());
+  ASSERT_EQ(num_pieces, 300);
+  constexpr int64_t kHuge = int64_t{1} << 56;
+  std::vector<int64_t> cu{0};
+  for (int64_t p = 0; p < num_pieces; ++p) {
+    // 256 * 2^56 wraps to 0; 43 pieces of 1 token and one of 257 make up the 300 tokens.
+    const int64_t length = p < 256 ? kHuge : p < 299 ? 1 : 257;
+    std::memcpy(at(pieces, 3 * p + 2), &length, 8);
+    cu.push_back(static_cast<int64_t>(static_cast<uint64_t>(cu.back()) + static_cast<uint64_t>(length)));
+    std::memcpy(at(cu_seqlens, p + 1), &cu.back(), 8);
+  }
+  ASSERT_EQ(cu.back(), 300);
+  for (int64_t r = 1; r <= plan.rows(); ++r) {
+    int64_t start = 0;  // row r starts at piece row_pieces[r], so at token cu_seqlens[that]
+    std::memcpy(&start, at(row_pieces, r), 8);
+    std::memcpy(at(row_offsets, r), &cu[static_cast<size_t>(start)], 8);
+  }
+  std::memcpy(bytes.data() + 56, &kHuge, 8);  // max_seqlen: the longest piece
+  testing::write_file(path, bytes);
+  try {
+    const PackedFile file(path);
+    FAIL() << "accepted, with row 0 of " << file.row(0).input_ids.size() << " tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("piece 0 disagrees with cu_seqlens"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace varpack
 

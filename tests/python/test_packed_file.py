@@ -89,6 +89,15 @@ def test_reader_rejects_corrupt_files(tmp_path):
     flipped = bytearray(data)
     flipped[pieces_at + 16] ^= 1  # the first piece's length
     cases["disagree with cu_seqlens"] = bytes(flipped)
+    cases["it says it is 64 bytes long"] = data[:12] + (64).to_bytes(4, "little") + data[16:]
+    max_seqlen = int.from_bytes(data[56:64], "little")
+    cases["max_seqlen is"] = data[:56] + (max_seqlen + 1).to_bytes(8, "little") + data[64:]
+    # A token count the file cannot hold, in a file of 197 bytes that says so: the input_ids
+    # section (always at 192) would be 5 bytes, no whole number of int32.
+    odd = bytearray(data[:197])
+    odd[48:56] = (1 << 60).to_bytes(8, "little")  # num_tokens
+    odd[64:72] = (197).to_bytes(8, "little")  # file_bytes
+    cases["section labels is not where"] = bytes(odd)
     for phrase, content in cases.items():
         bad.write_bytes(content)
         with pytest.raises(packed_file.PackedFileError, match=phrase):
@@ -128,3 +137,28 @@ def test_format_doc_describes_the_file_exactly(tmp_path):
     jsonl, binary = pack(tmp_path, "--capacity", "700", "--overlong", "split")
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert write_per_format_doc(rows, 700, 400) == binary.read_bytes()
+
+
+def test_reader_rejects_tables_that_wrap_around(tmp_path):
+    """Tables that agree only modulo 2^64, which numpy's int64 differences cannot tell apart."""
+    path = tmp_path / "wrapped.bin"
+
+    def row(samples, tokens=0):
+        return {"input_ids": [5] * tokens, "labels": [-100] * tokens, "position_ids": list(range(tokens)),
+                "samples": samples}
+
+    # Three pieces whose lengths add up to 2^64 in a row of no tokens: cu_seqlens goes 0, a,
+    # 2a - 2^64 (negative), 0, and the rows' single span still reads 0 tokens.
+    a = 0x5555555555555555
+    path.write_bytes(write_per_format_doc([row([[0, 0, a], [1, 0, a], [2, 0, (1 << 64) - 2 * a]])], 8, 3))
+    with pytest.raises(packed_file.PackedFileError, match="disagree with cu_seqlens"):
+        packed_file.PackedFile(path)
+
+    # row_pieces 0, 2^63 - 1, 4 - 2^63, 3: every difference wraps to >= 0, yet the second entry
+    # indexes far outside cu_seqlens.
+    data = bytearray(write_per_format_doc([row([[i, 0, 1]], 1) for i in range(3)], 8, 3))
+    row_pieces_at = int.from_bytes(data[72 + 8 * 5:72 + 8 * 6], "little")
+    data[row_pieces_at + 8:row_pieces_at + 24] = np.array([(1 << 63) - 1, 4 - (1 << 63)], "<i8").tobytes()
+    path.write_bytes(data)
+    with pytest.raises(packed_file.PackedFileError, match="row tables disagree"):
+        packed_file.PackedFile(path)
