@@ -379,6 +379,340 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
+// The warp-specialized forward: a producer warpgroup (few registers, setmaxnreg) loads Q and the
+// K/V tiles, C consumer warpgroups of 64 query rows each compute; no block-wide barrier after the
+// start. K and V have rings of their own (a full and an empty mbarrier per stage), so a K stage
+// is refilled as soon as every consumer's S = Q K^T on it is done, and a V stage once O += P V is.
+// Each consumer issues tile t's S = Q K^T with tile t - 1's O += P V and runs tile t's softmax
+// while the latter runs (as HopperForwardTile's Overlap); with kPingPong the consumers take turns
+// to issue (named barriers), so one's softmax overlaps the others' products. The output goes out
+// through a scratch of its own (WarpRowsOut), so the producer is never held up by it.
+template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
+          int ConsumerRegisters>
+struct HopperForwardWsTile {
+  static constexpr int kD = D;
+  static constexpr int kConsumers = Consumers;
+  static constexpr int kThreads = 128 * (Consumers + 1);
+  static constexpr int kBlockM = 64 * Consumers;
+  static constexpr int kBlockN = BlockN;
+  static constexpr int kStages = Stages;
+  static constexpr bool kPingPong = PingPong && Consumers > 1;
+  static constexpr int kProducerRegisters = ProducerRegisters;
+  static constexpr int kConsumerRegisters = ConsumerRegisters;
+  static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
+                "the register file holds every warpgroup's budget");
+  using QTile = GmmaTile<kBlockM, D>;
+  using KvTile = GmmaTile<kBlockN, D>;
+  static constexpr int kScratchBytes = 16 * (2 * D + 16);  // WarpRowsOut's, per consumer warp
+  // Q, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
+  static constexpr int kKOffset = QTile::kBytes;
+  static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
+  static constexpr int kOutOffset = kVOffset + Stages * KvTile::kBytes;
+  static constexpr int kBarrierOffset = kOutOffset + 4 * Consumers * kScratchBytes;
+  static constexpr int kBarriers = 2 + 4 * Stages;  // Q full/empty; per stage K and V full/empty
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+};
+
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    hopper_forward_ws_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
+                             const __grid_constant__ CUtensorMap v_map, int64_t slots,
+                             int heads_per_block) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = Cfg::kD;
+  constexpr int kBM = Cfg::kBlockM;
+  constexpr int kBN = Cfg::kBlockN;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
+  using QTile = typename Cfg::QTile;
+  using KvTile = typename Cfg::KvTile;
+  extern __shared__ unsigned char smem_raw[];
+
+  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
+  if (!slot.valid) return;
+  const int group = p.heads / p.kv_heads;
+  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  const int64_t m0 = slot.block * kBM;
+  const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
+  // The same query rows of every head see the same keys, so all of the block's heads walk the same
+  // tiles: the block's g-th K/V tile in all is tile g % num_tiles of its head g / num_tiles, in
+  // stage g % kStages, fill number g / kStages of that stage.
+  const TileWalk walk =
+      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
+  const int64_t n_first = walk.first;
+  const int num_tiles = walk.count;
+  const int h_first = static_cast<int>(blockIdx.y) * heads_per_block;
+
+  const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
+  const uint32_t sK = sQ + Cfg::kKOffset;
+  const uint32_t sV = sQ + Cfg::kVOffset;
+  const uint32_t bars = sQ + Cfg::kBarrierOffset;
+  const uint32_t q_full = bars, q_empty = bars + 8;
+  auto k_full = [&](int g) { return bars + 16 + 8 * (g % kStages); };
+  auto k_empty = [&](int g) { return bars + 16 + 8 * (kStages + g % kStages); };
+  auto v_full = [&](int g) { return bars + 16 + 8 * (2 * kStages + g % kStages); };
+  auto v_empty = [&](int g) { return bars + 16 + 8 * (3 * kStages + g % kStages); };
+
+  // Full barriers: the producer warpgroup's 128 threads arrive (after their cp.async copies, if
+  // any, have landed), plus the TMA bytes; empty ones: every consumer warp.
+  if (threadIdx.x == 0) {
+    mbarrier_init(q_full, 128);
+    mbarrier_init(q_empty, kConsumerWarps);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(k_full(s), 128);
+      mbarrier_init(v_full(s), 128);
+      mbarrier_init(k_empty(s), kConsumerWarps);
+      mbarrier_init(v_empty(s), kConsumerWarps);
+    }
+  }
+  __syncthreads();  // the barriers are initialized
+
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    warpgroup_registers_down<Cfg::kProducerRegisters>();
+    const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
+    const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
+    const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
+    // Tile t (key n0) of kv head hk into a stage: whole tiles by the TMA unit, issued by thread
+    // 0; a sequence's partial last tile by cp.async from all 128 threads, zero-filling the keys
+    // past its end (nothing past the sequence is read).
+    auto load = [&](uint32_t dst, const CUtensorMap& map, const T* src, int64_t row_stride,
+                    int64_t n0, int hk, uint32_t full) {
+      if (n0 + kBN <= seq.k_len) {
+        if (threadIdx.x == 0) {
+          mbarrier_expect_tx(full, KvTile::kBytes);
+          tma_load_gmma_tile<KvTile, D>(dst, map, hk, static_cast<int>(seq.k_begin + n0), full);
+        }
+      } else {
+        load_gmma_tile_async<kBN, D, 128, 1>(dst, src, row_stride, n0, seq.k_len);
+      }
+      cp_async_arrive(full);
+    };
+    if (num_tiles == 0) return;
+    for (int i = 0; i < heads_per_block; ++i) {
+      const int h = h_first + i;
+      const int hk = h / group;
+      if (i > 0) mbarrier_wait(q_empty, (i - 1) & 1);
+      load_gmma_tile_async<kBM, D, 128, 1>(sQ, q_seq + h * p.q_head_stride, p.q_row_stride, m0,
+                                           seq.q_len);
+      cp_async_arrive(q_full);
+      for (int t = 0; t < num_tiles; ++t) {
+        const int g = i * num_tiles + t;
+        const uint32_t stage = (g % kStages) * KvTile::kBytes;
+        const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+        if (g >= kStages) mbarrier_wait(k_empty(g), ((g / kStages) & 1) ^ 1);
+        load(sK + stage, k_map, k_seq + hk * p.k_head_stride, p.k_row_stride, n0, hk, k_full(g));
+        if (g >= kStages) mbarrier_wait(v_empty(g), ((g / kStages) & 1) ^ 1);
+        load(sV + stage, v_map, v_seq + hk * p.v_head_stride, p.v_row_stride, n0, hk, v_full(g));
+      }
+    }
+    return;
+  }
+
+  warpgroup_registers_up<Cfg::kConsumerRegisters>();
+  const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // consumer warp
+  const int wg = warp / 4;                                  // consumer warpgroup
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4;   // accumulator row (and row + 8) inside the warp's 16
+  const int qd = lane % 4;  // accumulator column pair
+  const int warp_row = warp * 16;
+
+  float o[D / 2];
+  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
+  // Visibility of keys from this thread's rows warp_row + g + 8 * r.
+  const RowVisibility vis =
+      row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
+  const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  // P of the last tile softmax went through, as the A operand of O += P V.
+  uint32_t pf[kBN / 16][4];
+  using RowsOut = WarpRowsOut<T, D>;
+  static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
+  const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
+
+  // Turns (kPingPong): consumer w issues when named barrier 1 + w lets it, then lets w + 1 go.
+  // Every consumer takes num_tiles turns per head; the last one's last turn lets nobody go, so no
+  // arrival is left pending at the exit.
+  const int total_turns = heads_per_block * num_tiles;
+  int turn = 0;
+  constexpr int kTurnThreads = 256;  // the consumer that waits + the one that lets it go
+  if constexpr (Cfg::kPingPong) {
+    if (wg == Cfg::kConsumers - 1 && total_turns > 0) named_barrier_arrive(1, kTurnThreads);
+  }
+  auto begin_turn = [&] {
+    if constexpr (Cfg::kPingPong) named_barrier_sync(1 + wg, kTurnThreads);
+  };
+  auto end_turn = [&] {
+    if constexpr (Cfg::kPingPong) {
+      if (wg + 1 < Cfg::kConsumers || turn + 1 < total_turns)
+        named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
+    }
+    ++turn;
+  };
+  // Waits for a full stage (then orders its cp.async bytes, if any, before wgmma reads them), and
+  // hands an empty one back: one arrival per warp, once its wgmma reads of the stage are done.
+  auto wait_full = [&](uint32_t bar, int g_all) {
+    mbarrier_wait(bar, (g_all / kStages) & 1);
+    fence_proxy_async();
+  };
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) mbarrier_arrive(bar);
+  };
+  // Issues S = Q K^T for the block's tile g_all as one wgmma group (after a fence covering o and
+  // pf too).
+  auto issue_s = [&](int g_all, float (&s)[kBN / 2]) {
+    const uint32_t stage = (g_all % kStages) * KvTile::kBytes;
+    pin_registers(s);
+    pin_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
+      const uint64_t dq = gmma_desc(q_rows + (kk / 4) * QTile::kBlockBytes + col, 0, 1024);
+      const uint64_t dk = gmma_desc(sK + stage + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024);
+      Wgmma<T, kBN>::template ss<0, 0>(s, dq, dk, kk > 0);
+    }
+    wgmma_commit();
+  };
+  // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group.
+  auto issue_pv = [&](int g_all) {
+    const uint32_t stage = (g_all % kStages) * KvTile::kBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint64_t dv = gmma_desc(sV + stage + kk * 16 * 128, KvTile::kBlockBytes, 1024);
+      Wgmma<T, D>::template rs<1>(o, pf[kk], dv, 1);
+    }
+    wgmma_commit();
+  };
+  // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha is what
+  // O must be scaled by (rescale_and_pack does, once O's pending product has landed).
+  auto softmax = [&](int t, float (&s)[kBN / 2], float (&alpha)[2]) {
+    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) s[i] = raw_score<kSoftcap>(s[i], p.softmax_scale, p.softcap);
+    }
+    if (!tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
+                            p.window_right)) {
+      const int j0 = static_cast<int>(n0) + 2 * qd;
+      const int k_len = static_cast<int>(seq.k_len);
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int delta = 8 * (c / 2);
+          const int j = j0 + i * 8 + (c & 1);
+          if (j < vis.begin + delta || j >= vis.end + delta || j >= k_len) s[4 * i + c] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx);
+      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+      const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+      alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
+      row_max[r] = m_new;
+      row_sum[r] *= alpha[r];
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+        s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+        row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+      }
+    }
+  };
+  // O *= alpha and P into pf: the accumulator layout of key octets 2kk and 2kk + 1 is the A
+  // layout of k-step kk.
+  auto rescale_and_pack = [&](const float (&s)[kBN / 2], const float (&alpha)[2]) {
+    pin_registers(o);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[4 * i + c] *= alpha[c / 2];
+#pragma unroll
+    for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
+  };
+
+  for (int i = 0; i < heads_per_block; ++i) {
+    const int h = h_first + i;
+    const int g0 = i * num_tiles;  // the block's tile index of this head's tile 0
+#pragma unroll
+    for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+    if (num_tiles > 0) {
+      mbarrier_wait(q_full, i & 1);
+      // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent path
+      // makes ptxas serialize them all.
+      {
+        float s[kBN / 2], alpha[2];
+        wait_full(k_full(g0), g0);
+        begin_turn();
+        issue_s(g0, s);
+        end_turn();
+        wgmma_wait<0>();
+        release(k_empty(g0));
+        if (num_tiles == 1) release(q_empty);
+        pin_registers(s);
+        softmax(0, s, alpha);
+        rescale_and_pack(s, alpha);
+      }
+      for (int t = 1; t < num_tiles; ++t) {
+        float s[kBN / 2], alpha[2];
+        wait_full(k_full(g0 + t), g0 + t);
+        wait_full(v_full(g0 + t - 1), g0 + t - 1);
+        begin_turn();
+        issue_s(g0 + t, s);
+        issue_pv(g0 + t - 1);
+        end_turn();
+        wgmma_wait<1>();
+        release(k_empty(g0 + t));
+        if (t == num_tiles - 1) release(q_empty);
+        pin_registers(s);
+        softmax(t, s, alpha);
+        wgmma_wait<0>();
+        release(v_empty(g0 + t - 1));
+        rescale_and_pack(s, alpha);
+      }
+      wait_full(v_full(g0 + num_tiles - 1), g0 + num_tiles - 1);
+      pin_registers(o);
+      wgmma_fence();
+      issue_pv(g0 + num_tiles - 1);
+      wgmma_wait<0>();
+      pin_registers(o);
+      release(v_empty(g0 + num_tiles - 1));
+    }
+
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+      const int64_t row = m0 + warp_row + g + 8 * r;
+      if (qd == 0 && p.lse != nullptr && row < seq.q_len)
+        p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+            sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+    }
+    RowsOut::store(o, inv, scratch,
+                   static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+                       h * p.out_head_stride,
+                   p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+  }
+#endif
+}
+
 // How many consecutive heads one block runs its query tile for. A block fills a multiprocessor
 // (shared memory), so nothing hides its start (Q and the first K/V tiles) and end (the last
 // O += P V, the output) unless the next head's loads overlap the previous head's end. But longer
@@ -441,9 +775,41 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   check_launch("the Hopper forward kernel");
 }
 
+template <class T, class Cfg>
+void launch_hopper_forward_ws_with(const AttentionParams& p, cudaStream_t stream,
+                                   int heads_per_block = 0) {
+  const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
+  if (slots <= 0 || p.heads <= 0) return;
+  if (heads_per_block <= 0)
+    heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN);
+  if (p.heads % heads_per_block != 0)
+    throw Error("varpack CUDA attention: heads_per_block must divide the number of heads");
+  const auto kernel = p.softcap > 0.f ? hopper_forward_ws_kernel<T, Cfg, true>
+                                      : hopper_forward_ws_kernel<T, Cfg, false>;
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr != cudaSuccess)
+    throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
+                cudaGetErrorString(attr));
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, Cfg::kD,
+                                          p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
+  const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kD,
+                                          p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / heads_per_block));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots,
+                                                           heads_per_block);
+  check_launch("the Hopper forward kernel");
+}
+
+template <int D>
+struct HopperForwardWsConfig
+    : std::conditional_t<D == 64, HopperForwardWsTile<64, 2, 128, 3, true, 24, 240>,
+                         HopperForwardWsTile<D, 2, 128, 2, true, 24, 240>> {};
+
 template <class T, int D>
 void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
-  launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream);
+  launch_hopper_forward_ws_with<T, HopperForwardWsConfig<D>>(p, stream);
 }
 
 }  // namespace varpack::cuda

@@ -53,29 +53,36 @@ struct Variant {
   std::string name;
   std::function<void(const AttentionBackwardParams&, void*)> run;
   bool forward;
+  int d;  // head dim
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
-  const int heads = 16, d = 128;
+  const int heads = 16;
   // The mma.sync shapes were settled on 2026-11-30 (see ForwardConfig / DkdvConfig / DqConfig);
-  // their library shapes stay here as the baseline of the Hopper (wgmma) shapes.
+  // their library shapes stay here as the baseline of the Hopper (wgmma) shapes. Each variant runs
+  // at its head dim and is checked against the first of its kind there.
+  using Ws128 = HopperForwardWsConfig<128>;
+  using Ws64 = HopperForwardWsConfig<64>;
   std::vector<Variant> variants{
-      {"mma fwd 4w x2 n32 (lib sm_80)", [](auto& p, void*) { launch_forward_with<T, ForwardTile<128, 4, 2, 32>>(p, nullptr); }, true},
-      {"wgmma fwd 2wg n128 no ping-pong", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128>>(p, nullptr); }, true},
-      {"wgmma fwd 2wg n128 ping-pong", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true>>(p, nullptr); }, true},
-      {"wgmma fwd 2wg pp+overlap 3st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, true, 3, true>>(p, nullptr); }, true},
-      {"wgmma fwd 2wg overlap 3st (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true},
-      // Heads per block (the library picks with forward_heads_per_block).
-      {"wgmma fwd lib, 1 head per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true},
-      {"wgmma fwd lib, 2 heads per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 2); }, true},
-      {"wgmma fwd lib, 4 heads per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true},
-      {"wgmma fwd lib, 8 heads per block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 8); }, true},
+      {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
+      {"wgmma fwd sync overlap 3st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
+      {"wgmma fwd ws pp (lib)", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr); }, true, 128},
+      {"wgmma fwd ws no pp", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr); }, true, 128},
+      {"wgmma fwd ws pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 1); }, true, 128},
+      {"wgmma fwd ws pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 4); }, true, 128},
+      {"wgmma fwd ws pp 3 stages", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 3, true, 24, 240>>(p, nullptr); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
-      {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false},
-      {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false},
+      {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
+      {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
+      // Head dim 64.
+      {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 sync 3wg pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 ws 2wg pp 3st (lib)", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws64>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 ws 2wg no pp 3st", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<64, 2, 128, 3, false, 24, 240>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 ws 3wg pp 2st", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
   };
   struct Point {
     std::string name;
@@ -86,40 +93,46 @@ int main(int argc, char** argv) {
                             {"4x16k", std::vector<int32_t>(4, 16384)},
                             {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}}};
   const int64_t rows = 65536;
-  const bench::BenchProblem problem(heads, d, rows);
   void* ws;
   {
-    // Sized for the atomic mode at the most rows: Delta, then the fp32 dQ accumulator.
+    // Sized for the atomic mode at the most rows and the largest head dim: Delta, then the fp32
+    // dQ accumulator.
     AttentionBackwardParams sized;
     sized.heads = heads;
-    sized.head_dim = d;
+    sized.head_dim = 128;
     sized.total_q = rows;
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
-  for (const Point& pt : points) {
-    double flops = 0;
-    const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
-    const int64_t n = p.total_q * heads * d;
-    std::vector<uint16_t> ref_out, ref_grads;
-    for (const Variant& var : variants) {
-      const float ms = bench::median_ms([&] { var.run(p, ws); }, repeats);
-      CHECK_CUDA(cudaDeviceSynchronize());
-      // The library's forward output (and lse) feed every backward variant.
-      if (!var.forward && ref_grads.empty())
-        launch_forward_with<T, ForwardTile<128, 4, 2, 32>>(p, nullptr);
-      if (!var.forward) var.run(p, ws);
-      CHECK_CUDA(cudaDeviceSynchronize());
-      std::vector<uint16_t> got = var.forward ? fetch(problem.out, n) : fetch(problem.dq, n);
-      if (!var.forward) {
-        const auto a = fetch(problem.dk, n), b = fetch(problem.dv, n);
-        got.insert(got.end(), a.begin(), a.end());
-        got.insert(got.end(), b.begin(), b.end());
+  for (const int d : {128, 64}) {
+    const bench::BenchProblem problem(heads, d, rows);
+    for (const Point& pt : points) {
+      double flops = 0;
+      const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
+      const int64_t n = p.total_q * heads * d;
+      std::vector<uint16_t> ref_out, ref_grads;
+      for (const Variant& var : variants) {
+        if (var.d != d) continue;
+        const float ms = bench::median_ms([&] { var.run(p, ws); }, repeats);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        // The sm_80 library forward's output (and lse) feed every backward variant.
+        if (!var.forward && ref_grads.empty()) {
+          if (d == 128) launch_forward<T, 128>(p, nullptr);
+          else launch_forward<T, 64>(p, nullptr);
+        }
+        if (!var.forward) var.run(p, ws);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        std::vector<uint16_t> got = var.forward ? fetch(problem.out, n) : fetch(problem.dq, n);
+        if (!var.forward) {
+          const auto a = fetch(problem.dk, n), b = fetch(problem.dv, n);
+          got.insert(got.end(), a.begin(), a.end());
+          got.insert(got.end(), b.begin(), b.end());
+        }
+        std::vector<uint16_t>& ref = var.forward ? ref_out : ref_grads;
+        if (ref.empty()) ref = got;
+        std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
+                    (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
       }
-      std::vector<uint16_t>& ref = var.forward ? ref_out : ref_grads;
-      if (ref.empty()) ref = got;
-      std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
-                  (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
     }
   }
   return 0;
