@@ -413,6 +413,42 @@ struct HopperForwardWsTile {
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
 };
 
+// One unit of a forward block's work: a query tile of one head. Work item w is head w % heads of
+// slot w / heads (slots as find_slot numbers them), so the heaviest query tiles of every head come
+// first. An item on one of the spare slots of find_slot is not valid and is skipped.
+struct ForwardItem {
+  bool valid = false;
+  SequenceBounds seq;
+  int64_t m0 = 0;       // first query row, in the sequence
+  int head = 0;
+  int64_t n_first = 0;  // first key of the first K/V tile
+  int num_tiles = 0;    // K/V tiles the query tile sees
+};
+
+template <int kBM, int kBN>
+__device__ __forceinline__ ForwardItem forward_item(const AttentionParams& p, int64_t slots,
+                                                    int64_t w) {
+  ForwardItem it;
+  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots,
+                                                              w / p.heads);
+  if (!slot.valid) return it;
+  it.valid = true;
+  it.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  it.m0 = slot.block * kBM;
+  it.head = static_cast<int>(w % p.heads);
+  const int64_t m1 = it.m0 + kBM < it.seq.q_len ? it.m0 + kBM : it.seq.q_len;
+  const TileWalk walk = tiles_over(
+      keys_for_queries(it.seq, it.m0, m1, p.causal, p.window_left, p.window_right), kBN);
+  it.n_first = walk.first;
+  it.num_tiles = walk.count;
+  return it;
+}
+
+// heads_per_block > 0: block (x, y) runs items x * heads + y * heads_per_block + j, j <
+// heads_per_block (one query tile, consecutive heads). heads_per_block == 0 (persistent): block b
+// of a grid of G runs items b, b + G, b + 2G, ... Both the producer and the consumers walk the
+// block's items in this order; the K/V tiles of all of them form one sequence, the block's tile g
+// going through stage g % kStages as fill number g / kStages of that stage.
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_ws_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
@@ -428,20 +464,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using KvTile = typename Cfg::KvTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
-  if (!slot.valid) return;
   const int group = p.heads / p.kv_heads;
-  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
-  const int64_t m0 = slot.block * kBM;
-  const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
-  // The same query rows of every head see the same keys, so all of the block's heads walk the same
-  // tiles: the block's g-th K/V tile in all is tile g % num_tiles of its head g / num_tiles, in
-  // stage g % kStages, fill number g / kStages of that stage.
-  const TileWalk walk =
-      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
-  const int64_t n_first = walk.first;
-  const int num_tiles = walk.count;
-  const int h_first = static_cast<int>(blockIdx.y) * heads_per_block;
+  const int64_t items = slots * p.heads;
+  // The block's j-th item, or -1 past its last.
+  auto item_index = [&](int j) -> int64_t {
+    if (heads_per_block > 0)
+      return j < heads_per_block ? static_cast<int64_t>(blockIdx.x) * p.heads +
+                                       static_cast<int64_t>(blockIdx.y) * heads_per_block + j
+                                 : -1;
+    const int64_t w = blockIdx.x + static_cast<int64_t>(j) * gridDim.x;
+    return w < items ? w : -1;
+  };
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + Cfg::kKOffset;
@@ -469,40 +502,47 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
-    const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
-    const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
-    const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
-    // Tile t (key n0) of kv head hk into a stage: whole tiles by the TMA unit, issued by thread
-    // 0; a sequence's partial last tile by cp.async from all 128 threads, zero-filling the keys
-    // past its end (nothing past the sequence is read).
-    auto load = [&](uint32_t dst, const CUtensorMap& map, const T* src, int64_t row_stride,
-                    int64_t n0, int hk, uint32_t full) {
-      if (n0 + kBN <= seq.k_len) {
-        if (threadIdx.x == 0) {
-          mbarrier_expect_tx(full, KvTile::kBytes);
-          tma_load_gmma_tile<KvTile, D>(dst, map, hk, static_cast<int>(seq.k_begin + n0), full);
+    int g = 0;       // the block's K/V tiles so far
+    int q_loads = 0;  // Q tiles so far (items with at least one K/V tile)
+    for (int j = 0;; ++j) {
+      const int64_t w = item_index(j);
+      if (w < 0) break;
+      const ForwardItem it = forward_item<kBM, kBN>(p, slots, w);
+      if (!it.valid || it.num_tiles == 0) continue;
+      const int hk = it.head / group;
+      const T* q = static_cast<const T*>(p.q) + it.seq.q_begin * p.q_row_stride +
+                   it.head * p.q_head_stride;
+      const T* k = static_cast<const T*>(p.k) + it.seq.k_begin * p.k_row_stride +
+                   hk * p.k_head_stride;
+      const T* v = static_cast<const T*>(p.v) + it.seq.k_begin * p.v_row_stride +
+                   hk * p.v_head_stride;
+      // Key tile n0 into a stage: a whole tile by the TMA unit, issued by thread 0; a sequence's
+      // partial last tile by cp.async from all 128 threads, zero-filling the keys past its end
+      // (nothing past the sequence is read).
+      auto load = [&](uint32_t dst, const CUtensorMap& map, const T* src, int64_t row_stride,
+                      int64_t n0, uint32_t full) {
+        if (n0 + kBN <= it.seq.k_len) {
+          if (threadIdx.x == 0) {
+            mbarrier_expect_tx(full, KvTile::kBytes);
+            tma_load_gmma_tile<KvTile, D>(dst, map, hk, static_cast<int>(it.seq.k_begin + n0),
+                                          full);
+          }
+        } else {
+          load_gmma_tile_async<kBN, D, 128, 1>(dst, src, row_stride, n0, it.seq.k_len);
         }
-      } else {
-        load_gmma_tile_async<kBN, D, 128, 1>(dst, src, row_stride, n0, seq.k_len);
-      }
-      cp_async_arrive(full);
-    };
-    if (num_tiles == 0) return;
-    for (int i = 0; i < heads_per_block; ++i) {
-      const int h = h_first + i;
-      const int hk = h / group;
-      if (i > 0) mbarrier_wait(q_empty, (i - 1) & 1);
-      load_gmma_tile_async<kBM, D, 128, 1>(sQ, q_seq + h * p.q_head_stride, p.q_row_stride, m0,
-                                           seq.q_len);
+        cp_async_arrive(full);
+      };
+      if (q_loads > 0) mbarrier_wait(q_empty, (q_loads - 1) & 1);
+      load_gmma_tile_async<kBM, D, 128, 1>(sQ, q, p.q_row_stride, it.m0, it.seq.q_len);
       cp_async_arrive(q_full);
-      for (int t = 0; t < num_tiles; ++t) {
-        const int g = i * num_tiles + t;
+      ++q_loads;
+      for (int t = 0; t < it.num_tiles; ++t, ++g) {
         const uint32_t stage = (g % kStages) * KvTile::kBytes;
-        const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+        const int64_t n0 = it.n_first + static_cast<int64_t>(t) * kBN;
         if (g >= kStages) mbarrier_wait(k_empty(g), ((g / kStages) & 1) ^ 1);
-        load(sK + stage, k_map, k_seq + hk * p.k_head_stride, p.k_row_stride, n0, hk, k_full(g));
+        load(sK + stage, k_map, k, p.k_row_stride, n0, k_full(g));
         if (g >= kStages) mbarrier_wait(v_empty(g), ((g / kStages) & 1) ^ 1);
-        load(sV + stage, v_map, v_seq + hk * p.v_head_stride, p.v_row_stride, n0, hk, v_full(g));
+        load(sV + stage, v_map, v, p.v_row_stride, n0, v_full(g));
       }
     }
     return;
@@ -519,34 +559,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float o[D / 2];
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
-  // Visibility of keys from this thread's rows warp_row + g + 8 * r.
-  const RowVisibility vis =
-      row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
   using RowsOut = WarpRowsOut<T, D>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
+  ForwardItem it;      // the item being computed
+  RowVisibility vis;   // keys visible from this thread's rows warp_row + g + 8 * r of it
 
-  // Turns (kPingPong): consumer w issues when named barrier 1 + w lets it, then lets w + 1 go.
-  // Every consumer takes num_tiles turns per head; the last one's last turn lets nobody go, so no
-  // arrival is left pending at the exit.
-  const int total_turns = heads_per_block * num_tiles;
-  int turn = 0;
+  // Turns (kPingPong): consumer c issues its products when named barrier 1 + c lets it, then lets
+  // c + 1 (mod the consumers) go. The last consumer lets the first go once before anything, and
+  // the first absorbs the last one's final hand-over at the exit, so no arrival is left pending.
   constexpr int kTurnThreads = 256;  // the consumer that waits + the one that lets it go
   if constexpr (Cfg::kPingPong) {
-    if (wg == Cfg::kConsumers - 1 && total_turns > 0) named_barrier_arrive(1, kTurnThreads);
+    if (wg == Cfg::kConsumers - 1) named_barrier_arrive(1, kTurnThreads);
   }
   auto begin_turn = [&] {
     if constexpr (Cfg::kPingPong) named_barrier_sync(1 + wg, kTurnThreads);
   };
   auto end_turn = [&] {
-    if constexpr (Cfg::kPingPong) {
-      if (wg + 1 < Cfg::kConsumers || turn + 1 < total_turns)
-        named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
-    }
-    ++turn;
+    if constexpr (Cfg::kPingPong)
+      named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
   };
   // Waits for a full stage (then orders its cp.async bytes, if any, before wgmma reads them), and
   // hands an empty one back: one arrival per warp, once its wgmma reads of the stage are done.
@@ -583,18 +617,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
   };
-  // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha is what
-  // O must be scaled by (rescale_and_pack does, once O's pending product has landed).
+  // Masks S of the item's tile t and turns it into P in place (fp32) by the online softmax; alpha
+  // is what O must be scaled by (rescale_and_pack does, once O's pending product has landed).
   auto softmax = [&](int t, float (&s)[kBN / 2], float (&alpha)[2]) {
-    const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
+    const int64_t n0 = it.n_first + static_cast<int64_t>(t) * kBN;
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) s[i] = raw_score<kSoftcap>(s[i], p.softmax_scale, p.softcap);
     }
-    if (!tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
+    if (!tile_fully_visible(it.seq, it.m0, it.m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                             p.window_right)) {
       const int j0 = static_cast<int>(n0) + 2 * qd;
-      const int k_len = static_cast<int>(seq.k_len);
+      const int k_len = static_cast<int>(it.seq.k_len);
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i)
 #pragma unroll
@@ -640,9 +674,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
   };
 
-  for (int i = 0; i < heads_per_block; ++i) {
-    const int h = h_first + i;
-    const int g0 = i * num_tiles;  // the block's tile index of this head's tile 0
+  int g_next = 0;   // the block's K/V tiles so far
+  int q_loads = 0;  // Q tiles so far
+  for (int j = 0;; ++j) {
+    const int64_t w = item_index(j);
+    if (w < 0) break;
+    it = forward_item<kBM, kBN>(p, slots, w);
+    if (!it.valid) continue;
+    vis = row_visibility(it.seq, it.m0 + warp_row + g, p.causal, p.window_left, p.window_right,
+                         32);
+    const int g0 = g_next;  // the block's index of the item's tile 0
+    g_next += it.num_tiles;
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
 #pragma unroll
@@ -650,8 +692,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       row_max[r] = -INFINITY;
       row_sum[r] = 0.f;
     }
-    if (num_tiles > 0) {
-      mbarrier_wait(q_full, i & 1);
+    const int n = it.num_tiles;
+    if (n > 0) {
+      mbarrier_wait(q_full, q_loads & 1);
+      ++q_loads;
       // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent path
       // makes ptxas serialize them all.
       {
@@ -662,12 +706,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         end_turn();
         wgmma_wait<0>();
         release(k_empty(g0));
-        if (num_tiles == 1) release(q_empty);
+        if (n == 1) release(q_empty);
         pin_registers(s);
         softmax(0, s, alpha);
         rescale_and_pack(s, alpha);
       }
-      for (int t = 1; t < num_tiles; ++t) {
+      for (int t = 1; t < n; ++t) {
         float s[kBN / 2], alpha[2];
         wait_full(k_full(g0 + t), g0 + t);
         wait_full(v_full(g0 + t - 1), g0 + t - 1);
@@ -677,20 +721,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         end_turn();
         wgmma_wait<1>();
         release(k_empty(g0 + t));
-        if (t == num_tiles - 1) release(q_empty);
+        if (t == n - 1) release(q_empty);
         pin_registers(s);
         softmax(t, s, alpha);
         wgmma_wait<0>();
         release(v_empty(g0 + t - 1));
         rescale_and_pack(s, alpha);
       }
-      wait_full(v_full(g0 + num_tiles - 1), g0 + num_tiles - 1);
+      wait_full(v_full(g0 + n - 1), g0 + n - 1);
       pin_registers(o);
       wgmma_fence();
-      issue_pv(g0 + num_tiles - 1);
+      issue_pv(g0 + n - 1);
       wgmma_wait<0>();
       pin_registers(o);
-      release(v_empty(g0 + num_tiles - 1));
+      release(v_empty(g0 + n - 1));
     }
 
     float inv[2];
@@ -700,15 +744,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-      const int64_t row = m0 + warp_row + g + 8 * r;
-      if (qd == 0 && p.lse != nullptr && row < seq.q_len)
-        p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+      const int64_t row = it.m0 + warp_row + g + 8 * r;
+      if (qd == 0 && p.lse != nullptr && row < it.seq.q_len)
+        p.lse[it.head * p.lse_head_stride + it.seq.q_begin + row] =
             sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
     }
     RowsOut::store(o, inv, scratch,
-                   static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
-                       h * p.out_head_stride,
-                   p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+                   static_cast<T*>(p.out) + (it.seq.q_begin + it.m0 + warp_row) * p.out_row_stride +
+                       it.head * p.out_head_stride,
+                   p.out_row_stride, it.seq.q_len - it.m0 - warp_row, lane);
+  }
+  if constexpr (Cfg::kPingPong) {
+    if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }
 #endif
 }
@@ -730,7 +777,7 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   if (const char* forced = std::getenv("VARPACK_HEADS_PER_BLOCK")) {
     int k = std::atoi(forced);
     while (k > 1 && p.heads % k != 0) --k;
-    return k < 1 ? 1 : k;
+    return k < 1 ? 0 : k;
   }
   const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
   if (window || p.batch <= 0) return 1;
@@ -775,14 +822,16 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   check_launch("the Hopper forward kernel");
 }
 
+// heads_per_block -1: forward_heads_per_block's choice; 0: persistent (one block per
+// multiprocessor); otherwise a divisor of p.heads.
 template <class T, class Cfg>
 void launch_hopper_forward_ws_with(const AttentionParams& p, cudaStream_t stream,
-                                   int heads_per_block = 0) {
+                                   int heads_per_block = -1) {
   const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
   if (slots <= 0 || p.heads <= 0) return;
-  if (heads_per_block <= 0)
+  if (heads_per_block < 0)
     heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN);
-  if (p.heads % heads_per_block != 0)
+  if (heads_per_block > 0 && p.heads % heads_per_block != 0)
     throw Error("varpack CUDA attention: heads_per_block must divide the number of heads");
   const auto kernel = p.softcap > 0.f ? hopper_forward_ws_kernel<T, Cfg, true>
                                       : hopper_forward_ws_kernel<T, Cfg, false>;
@@ -796,7 +845,15 @@ void launch_hopper_forward_ws_with(const AttentionParams& p, cudaStream_t stream
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kD,
                                           p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
-  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / heads_per_block));
+  dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / (heads_per_block > 0 ? heads_per_block : 1)));
+  if (heads_per_block == 0) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess)
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (const char* forced = std::getenv("VARPACK_PERSISTENT_BLOCKS")) sms = std::atoi(forced);
+    const int64_t items = slots * p.heads;
+    grid = dim3(static_cast<unsigned>(items < sms ? items : sms));
+  }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots,
                                                            heads_per_block);
   check_launch("the Hopper forward kernel");

@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
       {"wgmma fwd ws no pp", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr); }, true, 128},
       {"wgmma fwd ws pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 1); }, true, 128},
       {"wgmma fwd ws pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 4); }, true, 128},
-      {"wgmma fwd ws pp 3 stages", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 3, true, 24, 240>>(p, nullptr); }, true, 128},
+      {"wgmma fwd ws pp persistent", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 0); }, true, 128},
+      {"wgmma fwd ws no pp persistent", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr, 0); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
       {"wgmma fwd d64 ws 2wg pp 3st (lib)", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 ws 2wg no pp 3st", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<64, 2, 128, 3, false, 24, 240>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 ws 3wg pp 2st", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 ws pp persistent", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws64>(p, nullptr, 0); }, true, 64},
   };
   struct Point {
     std::string name;
