@@ -28,11 +28,10 @@ struct TileSlot {
 // the heavy blocks then start early and the light ones fill the tail of the launch.
 enum class TileOrder { kLastFirst, kFirstFirst };
 
-// The slot of visit number `visit` (0 takes the last slot).
 template <int BLOCK, TileOrder kOrder>
 __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
-                                              int64_t slots, int64_t visit) {
-  const int64_t s = slots - 1 - visit;
+                                              int64_t slots) {
+  const int64_t s = slots - 1 - static_cast<int64_t>(blockIdx.x);
   TileSlot t;
   if (batch <= 0) return t;
   // Largest b in [0, batch) with first_slot(b) <= s; first_slot is strictly increasing in b.
@@ -51,13 +50,6 @@ __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t
   t.block = kOrder == TileOrder::kLastFirst ? local : tiles - 1 - local;
   t.valid = true;
   return t;
-}
-
-// The slot of this block: visit number blockIdx.x.
-template <int BLOCK, TileOrder kOrder>
-__device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
-                                              int64_t slots) {
-  return find_slot<BLOCK, kOrder>(cu_seqlens, batch, slots, static_cast<int64_t>(blockIdx.x));
 }
 
 // Keys [begin, end) that some query in [q0, q1) may see (q1 > q0, both inside the sequence):

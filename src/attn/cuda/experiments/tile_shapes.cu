@@ -64,27 +64,19 @@ int main(int argc, char** argv) {
   // The mma.sync shapes were settled on 2026-11-30 (see ForwardConfig / DkdvConfig / DqConfig);
   // their library shapes stay here as the baseline of the Hopper (wgmma) shapes. Each variant runs
   // at its head dim and is checked against the first of its kind there.
-  using Ws128 = HopperForwardWsConfig<128>;
-  using Ws64 = HopperForwardWsConfig<64>;
   std::vector<Variant> variants{
       {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
-      {"wgmma fwd sync overlap 3st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
-      {"wgmma fwd ws pp (lib)", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr); }, true, 128},
-      {"wgmma fwd ws no pp", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr); }, true, 128},
-      {"wgmma fwd ws pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 1); }, true, 128},
-      {"wgmma fwd ws pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 4); }, true, 128},
-      {"wgmma fwd ws pp persistent", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws128>(p, nullptr, 0); }, true, 128},
-      {"wgmma fwd ws no pp persistent", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr, 0); }, true, 128},
+      {"wgmma fwd pp (lib < 8k)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
+      {"wgmma fwd no pp (lib >= 8k)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128, false>>(p, nullptr); }, true, 128},
+      {"wgmma fwd pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
+      {"wgmma fwd pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 sync 3wg pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 ws 2wg pp 3st (lib)", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws64>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 ws 2wg no pp 3st", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<64, 2, 128, 3, false, 24, 240>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 ws 3wg pp 2st", [](auto& p, void*) { launch_hopper_forward_ws_with<T, HopperForwardWsTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 ws pp persistent", [](auto& p, void*) { launch_hopper_forward_ws_with<T, Ws64>(p, nullptr, 0); }, true, 64},
+      {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 3 consumers pp 2st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
   };
   struct Point {
     std::string name;
