@@ -50,18 +50,13 @@ struct HopperForwardTile {
                 "the register file holds every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
-  // The output is staged 64 columns at a time (WarpRowsOut), so that two Q buffers fit at d128.
-  static constexpr int kOutCols = 64;
-  static constexpr int kScratchBytes = 16 * (2 * kOutCols + 16);  // per consumer warp
-  // Two Q buffers (the next head's Q loads while this head's last tiles run), the K stages, the V
-  // stages (from a 1024-byte boundary), the output scratch, mbarriers.
-  static constexpr int kQBuffers = 2;
-  static constexpr int kKOffset = kQBuffers * QTile::kBytes;
+  static constexpr int kScratchBytes = 16 * (2 * D + 16);  // WarpRowsOut's, per consumer warp
+  // Q, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
+  static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
   static constexpr int kOutOffset = kVOffset + Stages * KvTile::kBytes;
   static constexpr int kBarrierOffset = kOutOffset + 4 * Consumers * kScratchBytes;
-  // Per Q buffer and per K and V stage: full, empty.
-  static constexpr int kBarriers = 2 * kQBuffers + 4 * Stages;
+  static constexpr int kBarriers = 2 + 4 * Stages;  // Q full/empty; per stage K and V full/empty
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
 };
 
@@ -116,25 +111,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + Cfg::kKOffset;
   const uint32_t sV = sQ + Cfg::kVOffset;
-  constexpr int kQBuffers = Cfg::kQBuffers;
   const uint32_t bars = sQ + Cfg::kBarrierOffset;
-  // Head i's Q in buffer i % kQBuffers; the block's g-th K/V tile in stage g % kStages.
-  auto q_tile = [&](int i) { return sQ + (i % kQBuffers) * QTile::kBytes; };
-  auto q_full = [&](int i) { return bars + 8 * (i % kQBuffers); };
-  auto q_empty = [&](int i) { return bars + 8 * (kQBuffers + i % kQBuffers); };
-  const uint32_t kv_bars = bars + 16 * kQBuffers;
-  auto k_full = [&](int g) { return kv_bars + 8 * (g % kStages); };
-  auto k_empty = [&](int g) { return kv_bars + 8 * (kStages + g % kStages); };
-  auto v_full = [&](int g) { return kv_bars + 8 * (2 * kStages + g % kStages); };
-  auto v_empty = [&](int g) { return kv_bars + 8 * (3 * kStages + g % kStages); };
+  const uint32_t q_full = bars, q_empty = bars + 8;
+  auto k_full = [&](int g) { return bars + 16 + 8 * (g % kStages); };
+  auto k_empty = [&](int g) { return bars + 16 + 8 * (kStages + g % kStages); };
+  auto v_full = [&](int g) { return bars + 16 + 8 * (2 * kStages + g % kStages); };
+  auto v_empty = [&](int g) { return bars + 16 + 8 * (3 * kStages + g % kStages); };
 
   // Full barriers: the producer warpgroup's 128 threads arrive (after their cp.async copies, if
   // any, have landed), plus the TMA bytes; empty ones: every consumer warp.
   if (threadIdx.x == 0) {
-    for (int b = 0; b < kQBuffers; ++b) {
-      mbarrier_init(q_full(b), 128);
-      mbarrier_init(q_empty(b), kConsumerWarps);
-    }
+    mbarrier_init(q_full, 128);
+    mbarrier_init(q_empty, kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(k_full(s), 128);
       mbarrier_init(v_full(s), 128);
@@ -168,10 +156,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < heads_per_block; ++i) {
       const int h = h_first + i;
       const int hk = h / group;
-      if (i >= kQBuffers) mbarrier_wait(q_empty(i), ((i / kQBuffers) & 1) ^ 1);
-      load_gmma_tile_async<kBM, D, 128, 1>(q_tile(i), q_seq + h * p.q_head_stride,
-                                           p.q_row_stride, m0, seq.q_len);
-      cp_async_arrive(q_full(i));
+      if (i > 0) mbarrier_wait(q_empty, (i - 1) & 1);
+      load_gmma_tile_async<kBM, D, 128, 1>(sQ, q_seq + h * p.q_head_stride, p.q_row_stride, m0,
+                                           seq.q_len);
+      cp_async_arrive(q_full);
       for (int t = 0; t < num_tiles; ++t) {
         const int g = i * num_tiles + t;
         const uint32_t stage = (g % kStages) * KvTile::kBytes;
@@ -196,11 +184,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float o[D / 2];
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
-  const uint32_t q_rows = wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols < D ? Cfg::kOutCols : D>;
-  static_assert(RowsOut::kScratchBytes <= Cfg::kScratchBytes, "one scratch per consumer warp");
+  using RowsOut = WarpRowsOut<T, D>;
+  static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
   // Visibility of keys from this thread's rows warp_row + g + 8 * r.
   const RowVisibility vis =
@@ -229,18 +217,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto release = [&](uint32_t bar) {
     if (lane == 0) mbarrier_arrive(bar);
   };
-  // Issues S = Q K^T for the block's tile g_all (head g_all / num_tiles) as one wgmma group
-  // (after a fence covering o and pf too).
+  // Issues S = Q K^T for the block's tile g_all as one wgmma group (after a fence covering o and
+  // pf too).
   auto issue_s = [&](int g_all, float (&s)[kBN / 2]) {
     const uint32_t stage = (g_all % kStages) * KvTile::kBytes;
-    const uint32_t q = q_tile(g_all / num_tiles) + q_rows;
     pin_registers(s);
     pin_registers(o);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
-      const uint64_t dq = gmma_desc(q + (kk / 4) * QTile::kBlockBytes + col, 0, 1024);
+      const uint64_t dq = gmma_desc(q_rows + (kk / 4) * QTile::kBlockBytes + col, 0, 1024);
       const uint64_t dk = gmma_desc(sK + stage + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024);
       Wgmma<T, kBN>::template ss<0, 0>(s, dq, dk, kk > 0);
     }
@@ -313,26 +300,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
   };
 
-  // Head h's output and lse from O and the row statistics (max, per-thread sum).
-  auto write_output = [&](int h, const float (&mx)[2], const float (&partial_sum)[2]) {
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = partial_sum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-      const int64_t row = m0 + warp_row + g + 8 * r;
-      if (qd == 0 && p.lse != nullptr && row < seq.q_len)
-        p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-            sum > 0.f ? (mx[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
-    }
-    RowsOut::store(o, inv, scratch,
-                   static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
-                       h * p.out_head_stride,
-                   p.out_row_stride, seq.q_len - m0 - warp_row, lane);
-  };
-  auto reset = [&] {
+  for (int i = 0; i < heads_per_block; ++i) {
+    const int h = h_first + i;
+    const int g0 = i * num_tiles;  // the block's index of this head's tile 0
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
 #pragma unroll
@@ -340,78 +310,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       row_max[r] = -INFINITY;
       row_sum[r] = 0.f;
     }
-  };
+    const int n = num_tiles;
+    if (n > 0) {
+      mbarrier_wait(q_full, i & 1);
+      // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent path
+      // makes ptxas serialize them all.
+      {
+        float s[kBN / 2], alpha[2];
+        wait_full(k_full(g0), g0);
+        begin_turn();
+        issue_s(g0, s);
+        end_turn();
+        wgmma_wait<0>();
+        release(k_empty(g0));
+        if (n == 1) release(q_empty);
+        pin_registers(s);
+        softmax(0, s, alpha);
+        rescale_and_pack(s, alpha);
+      }
+      for (int t = 1; t < n; ++t) {
+        float s[kBN / 2], alpha[2];
+        wait_full(k_full(g0 + t), g0 + t);
+        wait_full(v_full(g0 + t - 1), g0 + t - 1);
+        begin_turn();
+        issue_s(g0 + t, s);
+        issue_pv(g0 + t - 1);
+        end_turn();
+        wgmma_wait<1>();
+        release(k_empty(g0 + t));
+        if (t == n - 1) release(q_empty);
+        pin_registers(s);
+        softmax(t, s, alpha);
+        wgmma_wait<0>();
+        release(v_empty(g0 + t - 1));
+        rescale_and_pack(s, alpha);
+      }
+      wait_full(v_full(g0 + n - 1), g0 + n - 1);
+      pin_registers(o);
+      wgmma_fence();
+      issue_pv(g0 + n - 1);
+      wgmma_wait<0>();
+      pin_registers(o);
+      release(v_empty(g0 + n - 1));
+    }
 
-  reset();
-  if (num_tiles == 0) {  // no key visible: O = 0, lse = +inf for every head
-    for (int i = 0; i < heads_per_block; ++i) write_output(h_first + i, row_max, row_sum);
-  } else {
-    // The block's tiles of all its heads form one stream: tile g's S = Q K^T goes out with tile
-    // g - 1's O += P V also across heads, so a head's first S = Q K^T runs while the previous
-    // head's last O += P V does, and that head's output is written while the other consumer
-    // computes. Tile 0 has no product before it, so it is peeled off: a wgmma issued on a
-    // divergent path makes ptxas serialize them all.
-    const int total = heads_per_block * num_tiles;
-    {
-      float s[kBN / 2], alpha[2];
-      mbarrier_wait(q_full(0), 0);
-      wait_full(k_full(0), 0);
-      begin_turn();
-      issue_s(0, s);
-      end_turn();
-      wgmma_wait<0>();
-      release(k_empty(0));
-      if (num_tiles == 1) release(q_empty(0));
-      pin_registers(s);
-      softmax(0, s, alpha);
-      rescale_and_pack(s, alpha);
-    }
-    for (int g_all = 1; g_all < total; ++g_all) {
-      const int i = g_all / num_tiles;  // head h_first + i
-      const int t = g_all - i * num_tiles;
-      float s[kBN / 2], alpha[2];
-      if (t == 0) mbarrier_wait(q_full(i), (i / kQBuffers) & 1);
-      wait_full(k_full(g_all), g_all);
-      wait_full(v_full(g_all - 1), g_all - 1);
-      begin_turn();
-      issue_s(g_all, s);
-      issue_pv(g_all - 1);
-      end_turn();
-      wgmma_wait<1>();
-      release(k_empty(g_all));
-      if (t == num_tiles - 1) release(q_empty(i));
-      pin_registers(s);
-      // A new head: its softmax starts from fresh statistics; the previous head's are kept for
-      // its output, written once its last O += P V has landed.
-      float prev_max[2], prev_sum[2];
-      if (t == 0) {
+    float inv[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          prev_max[r] = row_max[r];
-          prev_sum[r] = row_sum[r];
-          row_max[r] = -INFINITY;
-          row_sum[r] = 0.f;
-        }
-      }
-      softmax(t, s, alpha);
-      wgmma_wait<0>();
-      release(v_empty(g_all - 1));
-      if (t == 0) {
-        pin_registers(o);
-        write_output(h_first + i - 1, prev_max, prev_sum);
-#pragma unroll
-        for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
-      }
-      rescale_and_pack(s, alpha);
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+      const int64_t row = m0 + warp_row + g + 8 * r;
+      if (qd == 0 && p.lse != nullptr && row < seq.q_len)
+        p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+            sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
     }
-    wait_full(v_full(total - 1), total - 1);
-    pin_registers(o);
-    wgmma_fence();
-    issue_pv(total - 1);
-    wgmma_wait<0>();
-    pin_registers(o);
-    release(v_empty(total - 1));
-    write_output(h_first + heads_per_block - 1, row_max, row_sum);
+    RowsOut::store(o, inv, scratch,
+                   static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+                       h * p.out_head_stride,
+                   p.out_row_stride, seq.q_len - m0 - warp_row, lane);
   }
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
