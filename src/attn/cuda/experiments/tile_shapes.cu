@@ -1,6 +1,7 @@
 // Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
-// mma.sync library shapes on the benchmark's shapes (bf16, 16 heads x 128, causal), and checks each
+// mma.sync library shapes on the benchmark's shapes (bf16, 16 heads x 128, causal; the backward
+// also at head dim 64), and checks each
 // against the first of its kind (max |difference|), so that a shape change in
 // HopperForwardConfig / HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats]
@@ -86,7 +87,6 @@ int main(int argc, char** argv) {
                             {"4x16k", std::vector<int32_t>(4, 16384)},
                             {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}}};
   const int64_t rows = 65536;
-  const bench::BenchProblem problem(heads, d, rows);
   void* ws;
   {
     // Sized for the atomic mode at the most rows: Delta, then the fp32 dQ accumulator.
@@ -96,31 +96,49 @@ int main(int argc, char** argv) {
     sized.total_q = rows;
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
-  std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
-  for (const Point& pt : points) {
-    double flops = 0;
-    const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
-    const int64_t n = p.total_q * heads * d;
-    std::vector<uint16_t> ref_out, ref_grads;
-    for (const Variant& var : variants) {
-      const float ms = bench::median_ms([&] { var.run(p, ws); }, repeats);
-      CHECK_CUDA(cudaDeviceSynchronize());
-      // The library's forward output (and lse) feed every backward variant.
-      if (!var.forward && ref_grads.empty())
-        launch_forward_with<T, ForwardTile<128, 4, 2, 32>>(p, nullptr);
-      if (!var.forward) var.run(p, ws);
-      CHECK_CUDA(cudaDeviceSynchronize());
-      std::vector<uint16_t> got = var.forward ? fetch(problem.out, n) : fetch(problem.dq, n);
-      if (!var.forward) {
-        const auto a = fetch(problem.dk, n), b = fetch(problem.dv, n);
-        got.insert(got.end(), a.begin(), a.end());
-        got.insert(got.end(), b.begin(), b.end());
+  // Every point's variants on `problem`; `forward` (the mma.sync library forward) gives the
+  // backward variants their output and lse.
+  auto run_points = [&](const bench::BenchProblem& problem, const std::vector<Variant>& variants,
+                        void (*forward)(const AttentionParams&, cudaStream_t)) {
+    std::printf("%-36s %-7s %9s %9s %12s   (head dim %d)\n", "variant", "point", "ms", "TFLOP/s",
+                "max|diff|", problem.head_dim);
+    for (const Point& pt : points) {
+      double flops = 0;
+      const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
+      const int64_t n = p.total_q * heads * problem.head_dim;
+      std::vector<uint16_t> ref_out, ref_grads;
+      for (const Variant& var : variants) {
+        const float ms = bench::median_ms([&] { var.run(p, ws); }, repeats);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        if (!var.forward && ref_grads.empty()) forward(p, nullptr);
+        if (!var.forward) var.run(p, ws);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        std::vector<uint16_t> got = var.forward ? fetch(problem.out, n) : fetch(problem.dq, n);
+        if (!var.forward) {
+          const auto a = fetch(problem.dk, n), b = fetch(problem.dv, n);
+          got.insert(got.end(), a.begin(), a.end());
+          got.insert(got.end(), b.begin(), b.end());
+        }
+        std::vector<uint16_t>& ref = var.forward ? ref_out : ref_grads;
+        if (ref.empty()) ref = got;
+        std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
+                    (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
       }
-      std::vector<uint16_t>& ref = var.forward ? ref_out : ref_grads;
-      if (ref.empty()) ref = got;
-      std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
-                  (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
     }
-  }
+  };
+  run_points(bench::BenchProblem(heads, d, rows), variants,
+             launch_forward_with<T, ForwardTile<128, 4, 2, 32>>);
+  // Head dim 64: the Hopper backward's shapes, HopperBackwardTile<64, query step, stages>.
+  run_points(
+      bench::BenchProblem(heads, 64, rows),
+      {
+          {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false},
+          {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false},
+          {"wgmma bwd d64 q64 3st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 3>>(p, ws, nullptr); }, false},
+          {"wgmma bwd d64 q64 4st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 4>>(p, ws, nullptr); }, false},
+          {"wgmma bwd d64 q128 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false},
+          {"wgmma bwd d64 (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false},
+      },
+      launch_forward_with<T, ForwardConfig<64>>);
   return 0;
 }
