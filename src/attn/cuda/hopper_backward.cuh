@@ -92,6 +92,15 @@ struct HopperBackwardTile {
 // one-warpgroup blocks (159 / 201 / 212) did not help.
 template <int D>
 struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
+// Head dim 64: 128-query tiles, half as many tiles, barriers and dQ hand-offs per block (dK and
+// dV take half of d128's registers, so S^T and dP^T of 128 queries fit beside them). Measured on
+// the H200 (bf16, d64, causal, 16 heads, experiments/tile_shapes.cu, one run, 2026-12-01): 64 x 1k
+// / 16 x 4k / 4 x 16k / mixed lengths 162.0 / 238.5 / 273.6 / 207.0 TFLOP/s, against 160.1 / 220.4
+// / 249.0 / 194.3 with 64-query tiles and 2 stages (the shape above), 160.2 / 221.9 / 250.5 /
+// 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6 with 4. 76-80 bytes of spills (64-query
+// tiles: 48).
+template <>
+struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
