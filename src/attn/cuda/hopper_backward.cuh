@@ -95,10 +95,10 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // Head dim 64: 128-query tiles, half as many tiles, barriers and dQ hand-offs per block (dK and
 // dV take half of d128's registers, so S^T and dP^T of 128 queries fit beside them). Measured on
 // the H200 (bf16, d64, causal, 16 heads, experiments/tile_shapes.cu, one run, 2026-12-01): 64 x 1k
-// / 16 x 4k / 4 x 16k / mixed lengths 162.0 / 238.5 / 273.6 / 207.0 TFLOP/s, against 160.1 / 220.4
-// / 249.0 / 194.3 with 64-query tiles and 2 stages (the shape above), 160.2 / 221.9 / 250.5 /
-// 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6 with 4. 76-80 bytes of spills (64-query
-// tiles: 48).
+// / 16 x 4k / 4 x 16k / mixed lengths 162.0 / 238.5 / 273.6 / 207.0 TFLOP/s (161.5 / 237.9 / 273.1
+// / 207.1 in a second run), against 160.1 / 220.4 / 249.0 / 194.3 with 64-query tiles and 2 stages
+// (the shape above), 160.2 / 221.9 / 250.5 / 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6
+// with 4. 76-80 bytes of spills (64-query tiles: 48).
 template <>
 struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
@@ -453,7 +453,12 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                        "the Hopper backward kernel", stream, p, q_map, dout_map, delta, dq_accum);
 }
 
-// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several).
+// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). dQ's
+// conversion stays a pass of its own: done inside this kernel (the block that completes a query
+// tile's dQ converts it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200,
+// d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 /
+// 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
+// (bench/results/cuda.md, 2026-12-01).
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
