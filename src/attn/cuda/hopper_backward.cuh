@@ -2,8 +2,8 @@
 // default) is this kernel alone; the deterministic mode runs it without dQ (kAtomicDq = false:
 // no dS^T staging, dQ product or reducing warp), then the mma.sync dQ pass of backward_kernels.cuh
 // (no Hopper dQ pass yet). One block =
-// 128 keys of one kv head; it walks every query tile of 64 (of every q head of its group) that can
-// see its keys. The block is warp-specialized:
+// 128 keys of one kv head; it walks every query tile (of kQueryStep rows, of every q head of its
+// group) that can see its keys. The block is warp-specialized:
 // - all threads load K, V and the first query tile's Q, dO, lse and Delta together; then
 // - a producer warpgroup: two warps load each further query tile into a ring of stages, Q and dO
 //   by the TMA unit (a sequence's last, partial tile by cp.async, which zero-fills the rows past
@@ -12,10 +12,10 @@
 // - two compute warpgroups of 64 keys each. Per tile, each computes S^T = K Q^T and
 //   dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
 //   dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
-//   memory, where after a barrier of the two each computes half of the head columns
-//   of dQ = dS K over all the block's keys, and hands them to the reducing warp through one of
-//   two shared-memory buffers. The compute warpgroups neither issue loads nor wait for dQ's
-//   global reductions.
+//   memory, where after a barrier of the two each computes half of dQ = dS K over all the
+//   block's keys (half of the columns, or of the rows of a 128-query tile), and hands it to the
+//   reducing warp through one of two shared-memory buffers. The compute warpgroups neither issue
+//   loads nor wait for dQ's global reductions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +35,44 @@
 
 namespace varpack::cuda {
 
+// The block's shape: kQueryStep queries per tile (64 or 128), kStages load stages.
+template <int D, int QueryStep, int Stages>
+struct HopperBackwardTile {
+  static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
+  static constexpr int kD = D;
+  static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
+  static constexpr int kComputeThreads = 256;
+  static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; warp 2 reduces dQ
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
+  static constexpr int kKeysPerBlock = 128;
+  static constexpr int kQueryStep = QueryStep;
+  static constexpr int kStages = Stages;
+  static constexpr int kDqBuffers = 2;  // the reducing warp reads one while the other fills
+  // The two compute warpgroups split dQ's kQueryStep x D tile (wgmma rows come in 64s): a 64-row
+  // tile by columns, a 128-row one by rows. Each computes kDqRowBlocks == 1 ? all 64 rows x D / 2
+  // columns : its own 64 rows x D columns.
+  static constexpr int kDqRowBlocks = QueryStep / 64;
+  static constexpr int kDqCols = D * kDqRowBlocks / 2;
+  // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
+  // hit 32 different banks; the 16-byte multiple the bulk reductions need.
+  static constexpr int kDqRowBytes = (D + 8) * 4;
+  using KvTile = GmmaTile<kKeysPerBlock, D>;
+  using QTile = GmmaTile<kQueryStep, D>;
+  using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
+  // K, V; Q and dO per stage; dS^T; dQ; [stage][lse | delta][query] floats; mbarriers.
+  static constexpr int kQOffset = 2 * KvTile::kBytes;
+  static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
+  static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
+  static constexpr int kDqOffset = kDsOffset + DsTile::kBytes;
+  static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
+  static constexpr int kStatOffset = kDqOffset + kDqBuffers * kDqBytes;
+  static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
+  static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+  static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
+};
+
 // Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
 // standalone benchmark, 2026-11-30): this shape 251 / 387 / 449; with three load stages and one
 // dQ buffer (the compute warpgroups then waited for the reducing warp to read the previous tile's
@@ -53,35 +91,16 @@ namespace varpack::cuda {
 // warpgroup ping-pong (176 / 255 / 287), deferring dV/dK by an iteration (168 / 242 / 267) or
 // one-warpgroup blocks (159 / 201 / 212) did not help.
 template <int D>
-struct HopperBackwardConfig {
-  static constexpr int kD = D;
-  static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
-  static constexpr int kComputeThreads = 256;
-  static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; warp 2 reduces dQ
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
-  static constexpr int kKeysPerBlock = 128;
-  static constexpr int kQueryStep = 64;
-  static constexpr int kStages = 2;
-  static constexpr int kDqBuffers = 2;  // the reducing warp reads one while the other fills
-  static constexpr int kDqCols = D / 2;  // each compute warpgroup's share of dQ's columns
-  // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
-  // hit 32 different banks; the 16-byte multiple the bulk reductions need.
-  static constexpr int kDqRowBytes = (D + 8) * 4;
-  using KvTile = GmmaTile<kKeysPerBlock, D>;
-  using QTile = GmmaTile<kQueryStep, D>;
-  using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
-  // K, V; Q and dO per stage; dS^T; dQ; [stage][lse | delta][query] floats; mbarriers.
-  static constexpr int kQOffset = 2 * KvTile::kBytes;
-  static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
-  static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
-  static constexpr int kDqOffset = kDsOffset + DsTile::kBytes;
-  static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
-  static constexpr int kStatOffset = kDqOffset + kDqBuffers * kDqBytes;
-  static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
-  static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
-  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
-};
+struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
+// Head dim 64: 128-query tiles, half as many tiles, barriers and dQ hand-offs per block (dK and
+// dV take half of d128's registers, so S^T and dP^T of 128 queries fit beside them). Measured on
+// the H200 (bf16, d64, causal, 16 heads, experiments/tile_shapes.cu, one run, 2026-12-01): 64 x 1k
+// / 16 x 4k / 4 x 16k / mixed lengths 162.0 / 238.5 / 273.6 / 207.0 TFLOP/s (161.5 / 237.9 / 273.1
+// / 207.1 in a second run), against 160.1 / 220.4 / 249.0 / 194.3 with 64-query tiles and 2 stages
+// (the shape above), 160.2 / 221.9 / 250.5 / 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6
+// with 4. 76-80 bytes of spills (64-query tiles: 48).
+template <>
+struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -240,8 +259,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float* stat = reinterpret_cast<const float*>(smem_raw + (sStat - raw_addr));
   const uint32_t k_rows = sK + wg * 64 * 128;  // this warpgroup's 64 keys in each column block
   const uint32_t v_rows = sV + wg * 64 * 128;
-  // dQ = dS K for columns [wg * kDqCols, +kDqCols): K read MN-major from that column offset.
-  const uint32_t k_cols = sK + (wg * kDqCols / 64) * KvTile::kBlockBytes + (wg * kDqCols % 64) * 2;
+  // dQ = dS K for this warpgroup's 64 query rows dq_row0 .. and kDqCols columns dq_col0 ..: dS^T
+  // read MN-major from that query block, K read MN-major from that column offset.
+  const int dq_row0 = wg % Cfg::kDqRowBlocks * 64;
+  const int dq_col0 = wg / Cfg::kDqRowBlocks * kDqCols;
+  const uint32_t ds_rows = sDs + (dq_row0 / 64) * DsTile::kBlockBytes;
+  const uint32_t k_cols = sK + (dq_col0 / 64) * KvTile::kBlockBytes + (dq_col0 % 64) * 2;
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -353,30 +376,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
       named_barrier_sync(kDsReady, Cfg::kComputeThreads);
 
-      // dQ[:, this warpgroup's columns] = dS K over the block's keys: A = dS^T read MN-major,
-      // B = K read MN-major (rows = keys).
+      // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
+      // MN-major, B = K read MN-major (rows = keys).
       float dq[kDqCols / 2];
       pin_registers(dq);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk)
         Wgmma<T, kDqCols>::template ss<1, 1>(
-            dq, gmma_desc(sDs + kk * 2048, DsTile::kBlockBytes, 1024),
+            dq, gmma_desc(ds_rows + kk * 2048, DsTile::kBlockBytes, 1024),
             gmma_desc(k_cols + kk * 2048, KvTile::kBlockBytes, 1024), kk > 0);
       wgmma_commit();
       wgmma_wait<0>();
       pin_registers(dq);
       mbarrier_arrive(stage_empty(s));  // Q, dO and the row statistics of stage s are read
 
-      // Hand dQ to the reducing warp. Accumulator rows are queries (warp % 4) * 16 + g + 8r of the
-      // tile, columns wg * kDqCols + 8n + 2qd + {0, 1}.
+      // Hand dQ to the reducing warp. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
       const int b = it % Cfg::kDqBuffers;
       named_barrier_sync(kDqEmpty + b, kDqHandoff);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint32_t row = sDq + b * Cfg::kDqBytes +
-                             ((warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                             (wg * kDqCols + 2 * qd) * 4;
+                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (dq_col0 + 2 * qd) * 4;
 #pragma unroll
         for (int n = 0; n < kDqCols / 8; ++n)
           st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
@@ -412,10 +435,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // The Hopper kernel over (key slot, kv head): dK and dV, and with kAtomicDq dQ into dq_accum.
-template <class T, int D, bool kAtomicDq>
+template <class T, class Cfg, bool kAtomicDq>
 void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, float* dq_accum,
                         cudaStream_t stream) {
-  using Cfg = HopperBackwardConfig<D>;
+  constexpr int D = Cfg::kD;
   const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
   if (key_slots <= 0 || p.kv_heads <= 0) return;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -430,6 +453,21 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                        "the Hopper backward kernel", stream, p, q_map, dout_map, delta, dq_accum);
 }
 
+// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). dQ's
+// conversion stays a pass of its own: done inside this kernel (the block that completes a query
+// tile's dQ converts it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200,
+// d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 /
+// 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
+// (bench/results/cuda.md, 2026-12-01).
+template <class T, class Cfg>
+void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
+                                        cudaStream_t stream) {
+  run_atomic_backward<T, Cfg::kD>(p, workspace, stream,
+                                  [&](const float* delta, float* dq_accum, cudaStream_t s) {
+                                    launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, s);
+                                  });
+}
+
 // The backward on Hopper in p.deterministic's mode: atomic dQ in the one kernel, or dK and dV
 // there and dQ by the mma.sync dQ pass (no atomics, bit-identical run to run).
 template <class T, int D>
@@ -437,14 +475,11 @@ void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, c
   if (p.deterministic) {
     float* delta = static_cast<float*>(workspace);
     launch_delta<T, D>(p, delta, nullptr, stream);
-    launch_hopper_dkdv<T, D, false>(p, delta, nullptr, stream);
+    launch_hopper_dkdv<T, HopperBackwardConfig<D>, false>(p, delta, nullptr, stream);
     launch_dq_pass<T, DqConfig<D>>(p, delta, stream);
     return;
   }
-  run_atomic_backward<T, D>(p, workspace, stream,
-                            [&](const float* delta, float* dq_accum, cudaStream_t s) {
-                              launch_hopper_dkdv<T, D, true>(p, delta, dq_accum, s);
-                            });
+  launch_hopper_backward_atomic_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
 }
 
 }  // namespace varpack::cuda

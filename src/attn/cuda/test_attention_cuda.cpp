@@ -239,6 +239,10 @@ int main(int argc, char** argv) {
   std::vector<int32_t> long_kl = long_edges;
   for (int32_t& l : long_kl) l = l + 37;
   cases.push_back({DType::bf16, 128, 2, 2, true, 300, -1, 0.f, long_edges, long_kl});  // + window
+  // Head dim 64 over many query tiles (128 rows on Hopper): GQA, q longer than k, a window.
+  cases.push_back({DType::bf16, 64, 4, 2, true, -1, -1, 0.f, long_edges, long_edges});
+  cases.push_back({DType::bf16, 64, 6, 2, true, -1, -1, 0.f, long_kl, long_edges});
+  cases.push_back({DType::f16, 64, 2, 1, false, 200, 50, 0.f, long_edges, long_kl});
   // Head dims 96 and 256 (the mma.sync kernels on every device; d96 pads its shared-memory rows,
   // d256 splits dK/dV over two warps per 16 keys): both dtypes causal and not, with GQA and MQA;
   // then q and k lengths that differ, windows, softcap, and sequences of many tiles.
