@@ -2,8 +2,7 @@
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
 // mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128 and 64, causal),
 // and checks each against the first of its kind at its head dim (max |difference|), so that a
-// shape change in
-// HopperForwardConfig / HopperBackwardConfig rests on a measurement.
+// shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats]
 #include <cuda_runtime.h>
 
