@@ -30,6 +30,7 @@ predicted imbalance, total step time; the token/cost ratio) to --out.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -302,4 +303,5 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     main()
+    gc.collect()  # DDP's reducer sits in reference cycles and holds the process group
     dist.destroy_process_group()
