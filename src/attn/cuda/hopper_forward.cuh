@@ -72,6 +72,9 @@ struct HopperForwardTile {
 // - Persistent blocks (one per multiprocessor, taking (query tile, head) items round-robin, heaviest
 //   first): d128 380 / 453 / 507 / 466: the static round-robin leaves blocks unevenly loaded at
 //   4k-16k, and a dynamic scheduler needs a global counter the forward has no workspace for.
+// - One tile stream across a block's heads (a head's first S = Q K^T issued with the previous
+//   head's last O += P V; two Q buffers; the output staged 64 columns at a time for room), one
+//   call (10:08 UTC): d128 377 / 530 / 547 / 434 with ping-pong: slower from 4k (cuda.md).
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D, bool PingPong = true>
 struct HopperForwardConfig
