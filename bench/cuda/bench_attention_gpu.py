@@ -4,12 +4,15 @@ Peers: torch.nn.attention.varlen.varlen_attn (FlashAttention-2 inside torch), SD
 backend and with the flash backend on the padded batch, and FlexAttention with a document mask on the
 packed tokens. bf16, 16 heads x 128, causal. Points: 64k tokens as 64 x 1k, 16 x 4k, 4 x 16k, and
 16 rows of 4096 at padding rates 3..90% exactly; then 16 x 4k at head dims 64, 96 and 256 (no
-FlexAttention there: each new shape costs a compilation). At 16 x 4k varpack's deterministic
-backward is timed too ("varpack deterministic", not a peer). Times are medians of CUDA-event
-timings after warm-up, with every repetition queued before the host waits (as in training, the
-host's per-call time is hidden; --sync-each-rep counts it, as this script did until
-2026-12-01); useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2 forward, 2.5x
-that backward (backward time = forward+backward time - forward time).
+FlexAttention there: each new shape costs a compilation); then the options at full size:
+grouped-query attention (16 q heads on 4 kv heads, K/V never copied), a sliding window of 2048
+keys at 4 x 16k, and a score softcap of 30; a peer that lacks an option is left out of that
+point. At 16 x 4k varpack's deterministic backward is timed too ("varpack deterministic", not a
+peer). Times are medians of CUDA-event timings after warm-up, with every repetition queued before
+the host waits (as in training, the host's per-call time is hidden; --sync-each-rep counts it, as
+this script did until 2026-12-01); useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2
+forward (with a window: 4*H*D times the visible pairs), 2.5x that backward (backward time =
+forward+backward time - forward time).
 
 Run: python bench/cuda/bench_attention_gpu.py [--out table.md] [--reps 20] [--no-flex]
 [--sync-each-rep]
@@ -22,6 +25,7 @@ import inspect
 import random
 import statistics
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -71,28 +75,60 @@ def padded_lengths(rows, row, rate, seed):
     return lens
 
 
+@dataclass(frozen=True)
+class Point:
+    name: str
+    lens: list
+    row: int  # padded row length
+    d: int = 128
+    kv_heads: int = H
+    window: int = -1  # keys left of the diagonal a query sees (-1: all)
+    softcap: float = 0.0
+
+    def flops(self):
+        """Forward FLOPs: 4*H*d per visible (query, key) pair; causal without a window counted as
+        len^2/2, as every table since 2026-11-30 has."""
+        if self.window < 0:
+            return sum(4 * H * self.d * n * n / 2 for n in self.lens)
+        w = self.window + 1  # keys a query sees once it is past the first w
+        pairs = sum(n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w for n in self.lens)
+        return 4 * H * self.d * pairs
+
+
 def points():
-    """(name, lengths, padded row length, head dim)."""
-    pts = [("64 x 1k", [1024] * 64, 1024, 128), ("16 x 4k", [4096] * 16, 4096, 128),
-           ("4 x 16k", [16384] * 4, 16384, 128)]
+    pts = [Point("64 x 1k", [1024] * 64, 1024), Point("16 x 4k", [4096] * 16, 4096),
+           Point("4 x 16k", [16384] * 4, 16384)]
     for rate in (0.03, 0.10, 0.25, 0.50, 0.75, 0.90):
         lens = padded_lengths(16, 4096, rate, seed=7)
         real = 1 - sum(lens) / (16 * 4096)
-        pts.append((f"16x4096 pad {real:.1%}", lens, 4096, 128))
+        pts.append(Point(f"16x4096 pad {real:.1%}", lens, 4096))
     for d in (64, 96, 256):
-        pts.append((f"16 x 4k d{d}", [4096] * 16, 4096, d))
+        pts.append(Point(f"16 x 4k d{d}", [4096] * 16, 4096, d))
+    pts += [Point("16 x 4k GQA 16/4", [4096] * 16, 4096, kv_heads=4),
+            Point("4 x 16k window 2048", [16384] * 4, 16384, window=2048),
+            Point("16 x 4k softcap 30", [4096] * 16, 4096, softcap=30.0)]
     return pts
 
 
 def torch_varlen():
+    """(q, k, v, cu, max_len, window) -> causal varlen_attn, or None without it. A window needs its
+    window_size argument (ValueError without it); a softcap it does not take at all."""
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
         return None
     params = inspect.signature(varlen_attn).parameters
-    if "is_causal" in params:
-        return lambda q, k, v, cu, m: varlen_attn(q, k, v, cu, cu, m, m, is_causal=True)
-    return lambda q, k, v, cu, m: varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0))
+
+    def run(q, k, v, cu, m, window=-1):
+        if window >= 0:
+            if "window_size" not in params:
+                raise ValueError("this torch's varlen_attn takes no window_size")
+            return varlen_attn(q, k, v, cu, cu, m, m, window_size=(window, 0))
+        if "is_causal" in params:
+            return varlen_attn(q, k, v, cu, cu, m, m, is_causal=True)
+        return varlen_attn(q, k, v, cu, cu, m, m, window_size=(-1, 0))
+
+    return run
 
 
 def measure(fn_fwd, inputs, dout, reps, sync_each):
@@ -131,45 +167,50 @@ def main():
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; torch {torch.__version__}; varlen_attn: {varlen_attn is not None}")
     rows = []
-    for name, lens, row, d in points():
+    for pt in points():
+        name, lens, row, d = pt.name, pt.lens, pt.row, pt.d
         total = sum(lens)
-        flops = sum(4 * H * d * n * n / 2 for n in lens)
+        flops = pt.flops()
         cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32,
                           device=DEV)
         mx = max(lens)
-        q, k, v = (torch.randn(total, H, d, device=DEV, dtype=DT, requires_grad=True)
-                   for _ in range(3))
+        q = torch.randn(total, H, d, device=DEV, dtype=DT, requires_grad=True)
+        k, v = (torch.randn(total, pt.kv_heads, d, device=DEV, dtype=DT, requires_grad=True)
+                for _ in range(2))
         dout = torch.randn(total, H, d, device=DEV, dtype=DT)
         res = {}
-        res["varpack"] = measure(
-            lambda q, k, v: varpack.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True),
-            (q, k, v), dout, args.reps, args.sync_each_rep)
+
+        def attempt(label, fn, inputs, grad):
+            # A peer that cannot run this point (an option it lacks, a shape it refuses) is left out.
+            try:
+                res[label] = measure(fn, inputs, grad, args.reps, args.sync_each_rep)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other implementations
+                print(f"{label} failed at {name}: {type(e).__name__}: {e}", file=sys.stderr)
+
+        window = (pt.window, 0) if pt.window >= 0 else (-1, -1)
+        attempt("varpack", lambda q, k, v: varpack.flash_attn_varlen_func(
+            q, k, v, cu, cu, mx, mx, causal=True, window_size=window, softcap=pt.softcap),
+            (q, k, v), dout)
         if name == "16 x 4k":
-            res["varpack deterministic"] = measure(
-                lambda q, k, v: varpack.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx,
-                                                               causal=True, deterministic=True),
-                (q, k, v), dout, args.reps, args.sync_each_rep)
-        if varlen_attn is not None:
-            try:
-                res["torch varlen (FA2)"] = measure(lambda q, k, v: varlen_attn(q, k, v, cu, mx),
-                                                    (q, k, v), dout, args.reps, args.sync_each_rep)
-            except RuntimeError as e:
-                print(f"torch varlen failed at {name}: {e}", file=sys.stderr)
-        # Padded batch: one sequence per row of `row` tokens, [B, H, L, d].
-        b = len(lens)
-        qp, kp, vp = (torch.randn(b, H, row, d, device=DEV, dtype=DT, requires_grad=True)
-                      for _ in range(3))
-        dp = torch.randn(b, H, row, d, device=DEV, dtype=DT)
-        for label, backend in (("cuDNN SDPA padded", SDPBackend.CUDNN_ATTENTION),
-                               ("FA2 SDPA padded", SDPBackend.FLASH_ATTENTION)):
-            try:
+            attempt("varpack deterministic", lambda q, k, v: varpack.flash_attn_varlen_func(
+                q, k, v, cu, cu, mx, mx, causal=True, deterministic=True), (q, k, v), dout)
+        if varlen_attn is not None and pt.softcap == 0:
+            attempt("torch varlen (FA2)", lambda q, k, v: varlen_attn(q, k, v, cu, mx, pt.window),
+                    (q, k, v), dout)
+        # Padded batch: one sequence per row of `row` tokens, [B, H, L, d]; no window or softcap.
+        if pt.window < 0 and pt.softcap == 0:
+            b = len(lens)
+            qp = torch.randn(b, H, row, d, device=DEV, dtype=DT, requires_grad=True)
+            kp, vp = (torch.randn(b, pt.kv_heads, row, d, device=DEV, dtype=DT, requires_grad=True)
+                      for _ in range(2))
+            dp = torch.randn(b, H, row, d, device=DEV, dtype=DT)
+            gqa = {"enable_gqa": True} if pt.kv_heads != H else {}
+            for label, backend in (("cuDNN SDPA padded", SDPBackend.CUDNN_ATTENTION),
+                                   ("FA2 SDPA padded", SDPBackend.FLASH_ATTENTION)):
                 with sdpa_kernel(backend):
-                    res[label] = measure(
-                        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                        (qp, kp, vp), dp, args.reps, args.sync_each_rep)
-            except RuntimeError as e:
-                print(f"{label} failed at {name}: {e}", file=sys.stderr)
-        del qp, kp, vp, dp
+                    attempt(label, lambda q, k, v: F.scaled_dot_product_attention(
+                        q, k, v, is_causal=True, **gqa), (qp, kp, vp), dp)
+            del qp, kp, vp, dp
         if flex is not None and d == 128:
             try:
                 flex_fn, create_block_mask = flex
@@ -178,17 +219,26 @@ def main():
                 doc[:total] = torch.repeat_interleave(
                     torch.arange(len(lens), device=DEV, dtype=torch.int32),
                     torch.tensor(lens, device=DEV))
+                left = pt.window if pt.window >= 0 else padded_total
 
                 def doc_causal(b_, h_, qi, ki):
-                    return (doc[qi] == doc[ki]) & (qi >= ki)
+                    return (doc[qi] == doc[ki]) & (qi >= ki) & (qi - ki <= left)
 
                 mask = create_block_mask(doc_causal, None, None, padded_total, padded_total,
                                          device=DEV)
-                qf, kf, vf = (torch.randn(1, H, padded_total, d, device=DEV, dtype=DT,
-                                          requires_grad=True) for _ in range(3))
+                cap = pt.softcap
+
+                def softcap(score, b_, h_, qi, ki):
+                    return cap * torch.tanh(score / cap)
+
+                qf = torch.randn(1, H, padded_total, d, device=DEV, dtype=DT, requires_grad=True)
+                kf, vf = (torch.randn(1, pt.kv_heads, padded_total, d, device=DEV, dtype=DT,
+                                      requires_grad=True) for _ in range(2))
                 dfl = torch.randn(1, H, padded_total, d, device=DEV, dtype=DT)
-                res["Flex doc mask"] = measure(lambda q, k, v: flex_fn(q, k, v, block_mask=mask),
-                                               (qf, kf, vf), dfl, args.reps, args.sync_each_rep)
+                options = {"block_mask": mask, "enable_gqa": pt.kv_heads != H,
+                           "score_mod": softcap if cap > 0 else None}
+                attempt("Flex doc mask", lambda q, k, v: flex_fn(q, k, v, **options),
+                        (qf, kf, vf), dfl)
                 del qf, kf, vf, dfl
             except Exception as e:  # noqa: BLE001
                 print(f"Flex failed at {name}: {e}", file=sys.stderr)
