@@ -34,8 +34,10 @@
 
 namespace varpack::cuda {
 
+// OutCols: the output columns staged at a time (WarpRowsOut), fewer than D where shared memory is
+// short.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
-          int ConsumerRegisters>
+          int ConsumerRegisters, int OutCols = D>
 struct HopperForwardTile {
   static constexpr int kD = D;
   static constexpr int kConsumers = Consumers;
@@ -50,7 +52,8 @@ struct HopperForwardTile {
                 "the register file holds every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
-  static constexpr int kScratchBytes = 16 * (2 * D + 16);  // WarpRowsOut's, per consumer warp
+  static constexpr int kOutCols = OutCols;
+  static constexpr int kScratchBytes = 16 * (2 * OutCols + 16);  // WarpRowsOut's, per consumer warp
   // Q, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = WarpRowsOut<T, D>;
+  using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
   // Visibility of keys from this thread's rows warp_row + g + 8 * r.
@@ -236,13 +239,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
   };
-  // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group.
+  // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group;
+  // above 128 columns, one product per 128 (the widest the instructions here are built for).
+  constexpr int kPvCols = D < 128 ? D : 128;
   auto issue_pv = [&](int g_all) {
     const uint32_t stage = (g_all % kStages) * KvTile::kBytes;
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint64_t dv = gmma_desc(sV + stage + kk * 16 * 128, KvTile::kBlockBytes, 1024);
-      Wgmma<T, D>::template rs<1>(o, pf[kk], dv, 1);
+    for (int part = 0; part < D / kPvCols; ++part) {
+      float(&o_part)[kPvCols / 2] = *reinterpret_cast<float(*)[kPvCols / 2]>(&o[part * kPvCols / 2]);
+      // Columns [part * kPvCols, ...) of V start kPvCols / 64 column blocks in.
+      const uint32_t v_part = sV + stage + part * (kPvCols / 64) * KvTile::kBlockBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint64_t dv = gmma_desc(v_part + kk * 16 * 128, KvTile::kBlockBytes, 1024);
+        Wgmma<T, kPvCols>::template rs<1>(o_part, pf[kk], dv, 1);
+      }
     }
     wgmma_commit();
   };

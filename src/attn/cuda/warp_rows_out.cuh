@@ -12,11 +12,14 @@
 
 namespace varpack::cuda {
 
-template <class T, int D>
+// kCols: the columns staged at a time (a divisor of D): the scratch holds 16 rows of kCols, and
+// the rows go out in D / kCols passes (for room in the Hopper forward at head dim 256).
+template <class T, int D, int kCols = D>
 struct WarpRowsOut {
+  static_assert(D % kCols == 0 && kCols % 8 == 0, "whole passes of whole 16-byte chunks");
   // Rows padded by 16 bytes, so that the accumulator layout's stores (8 rows x 4 column pairs at
   // a time) hit 32 different banks.
-  static constexpr int kRowBytes = D * 2 + 16;
+  static constexpr int kRowBytes = kCols * 2 + 16;
   static constexpr int kScratchBytes = 16 * kRowBytes;
 
   // dst rows [0, valid) (row_stride elements apart) = acc * scale[r] for rows g + 8r; `scratch`:
@@ -26,25 +29,29 @@ struct WarpRowsOut {
                                                int64_t valid, int lane) {
     const int g = lane / 4, qd = lane % 4;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t row = scratch + (g + 8 * r) * kRowBytes + 4 * qd;
+    for (int pass = 0; pass < D / kCols; ++pass) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        st_shared_b32(row + n * 16, Mma<T>::pack(acc[4 * n + 2 * r] * scale[r],
-                                                 acc[4 * n + 2 * r + 1] * scale[r]));
-    }
-    __syncwarp();
-    constexpr int kChunks = D / 8;  // 16-byte chunks per row
-    // Not unrolled: unrolled, ptxas keeps the addresses live across the kernels' main loops and
-    // spills there.
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t row = scratch + (g + 8 * r) * kRowBytes + 4 * qd;
+#pragma unroll
+        for (int n = 0; n < kCols / 8; ++n) {
+          const int a = 4 * (pass * kCols / 8 + n) + 2 * r;
+          st_shared_b32(row + n * 16, Mma<T>::pack(acc[a] * scale[r], acc[a + 1] * scale[r]));
+        }
+      }
+      __syncwarp();
+      constexpr int kChunks = kCols / 8;  // 16-byte chunks per staged row
+      // Not unrolled: unrolled, ptxas keeps the addresses live across the kernels' main loops and
+      // spills there.
 #pragma unroll 1
-    for (int c = lane; c < 16 * kChunks; c += 32) {
-      const int row = c / kChunks, chunk = c % kChunks;
-      if (row < valid)
-        *reinterpret_cast<uint4*>(dst + row * row_stride + chunk * 8) =
-            ld_shared_v4(scratch + row * kRowBytes + chunk * 16);
+      for (int c = lane; c < 16 * kChunks; c += 32) {
+        const int row = c / kChunks, chunk = c % kChunks;
+        if (row < valid)
+          *reinterpret_cast<uint4*>(dst + row * row_stride + pass * kCols + chunk * 8) =
+              ld_shared_v4(scratch + row * kRowBytes + chunk * 16);
+      }
+      __syncwarp();  // the scratch may be written again
     }
-    __syncwarp();  // the scratch may be written again
   }
 };
 

@@ -1,8 +1,8 @@
 // Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
-// mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128 and 64, causal),
-// and checks each against the first of its kind at its head dim (max |difference|), so that a
-// shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
+// mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64 and 256,
+// causal), and checks each against the first of its kind at its head dim (max |difference|), so
+// that a shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats]
 #include <cuda_runtime.h>
 
@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 3 consumers pp 2st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
+      // Head dim 256: the library runs the mma.sync forward on every device; the Hopper kernel
+      // with 64-key tiles and the output staged 64 columns at a time (for room) is a candidate.
+      {"mma fwd d256 (lib)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 n64 pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 n64 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, q128 2st)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
-  for (const int d : {128, 64}) {
+  for (const int d : {128, 64, 256}) {
     const bench::BenchProblem problem(heads, d, rows);
     for (const Point& pt : points) {
       double flops = 0;
