@@ -26,6 +26,7 @@
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/kernel_common.cuh"
+#include "attn/cuda/kv_rings.cuh"
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
 #include "attn/cuda/warp_rows_out.cuh"
@@ -118,23 +119,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sK = sQ + Cfg::kKOffset;
   const uint32_t sV = sQ + Cfg::kVOffset;
   const uint32_t bars = sQ + Cfg::kBarrierOffset;
+  // Q's: the producer's 128 threads arrive once their copies have landed; every consumer warp
+  // hands it back once its last S = Q K^T of the head is done.
   const uint32_t q_full = bars, q_empty = bars + 8;
-  auto k_full = [&](int g) { return bars + 16 + 8 * (g % kStages); };
-  auto k_empty = [&](int g) { return bars + 16 + 8 * (kStages + g % kStages); };
-  auto v_full = [&](int g) { return bars + 16 + 8 * (2 * kStages + g % kStages); };
-  auto v_empty = [&](int g) { return bars + 16 + 8 * (3 * kStages + g % kStages); };
-
-  // Full barriers: the producer warpgroup's 128 threads arrive (after their cp.async copies, if
-  // any, have landed), plus the TMA bytes; empty ones: every consumer warp.
+  const KvRings<KvTile, kStages> ring{sK, sV, bars + 16};
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 128);
     mbarrier_init(q_empty, kConsumerWarps);
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(k_full(s), 128);
-      mbarrier_init(v_full(s), 128);
-      mbarrier_init(k_empty(s), kConsumerWarps);
-      mbarrier_init(v_empty(s), kConsumerWarps);
-    }
+    ring.init(kConsumerWarps);
   }
   __syncthreads();  // the barriers are initialized
 
@@ -144,21 +136,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
     const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
     const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
-    // Key tile n0 of kv head hk into a stage: a whole tile by the TMA unit, issued by thread 0; a
-    // sequence's partial last tile by cp.async from all 128 threads, zero-filling the keys past its
-    // end.
-    auto load = [&](uint32_t dst, const CUtensorMap& map, const T* src, int64_t row_stride,
-                    int64_t n0, int hk, uint32_t full) {
-      if (n0 + kBN <= seq.k_len) {
-        if (threadIdx.x == 0) {
-          mbarrier_expect_tx(full, KvTile::kBytes);
-          tma_load_gmma_tile<KvTile, D>(dst, map, hk, static_cast<int>(seq.k_begin + n0), full);
-        }
-      } else {
-        load_gmma_tile_async<kBN, D, 128, 1>(dst, src, row_stride, n0, seq.k_len);
-      }
-      cp_async_arrive(full);
-    };
     for (int i = 0; i < heads_per_block; ++i) {
       const int h = h_first + i;
       const int hk = h / group;
@@ -166,15 +143,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       load_gmma_tile_async<kBM, D, 128, 1>(sQ, q_seq + h * p.q_head_stride, p.q_row_stride, m0,
                                            seq.q_len);
       cp_async_arrive(q_full);
-      for (int t = 0; t < num_tiles; ++t) {
-        const int g = i * num_tiles + t;
-        const uint32_t stage = (g % kStages) * KvTile::kBytes;
-        const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
-        if (g >= kStages) mbarrier_wait(k_empty(g), ((g / kStages) & 1) ^ 1);
-        load(sK + stage, k_map, k_seq + hk * p.k_head_stride, p.k_row_stride, n0, hk, k_full(g));
-        if (g >= kStages) mbarrier_wait(v_empty(g), ((g / kStages) & 1) ^ 1);
-        load(sV + stage, v_map, v_seq + hk * p.v_head_stride, p.v_row_stride, n0, hk, v_full(g));
-      }
+      for (int t = 0; t < num_tiles; ++t)
+        ring.template produce<D>(i * num_tiles + t, n_first + static_cast<int64_t>(t) * kBN, hk,
+                                 seq, k_map, k_seq + hk * p.k_head_stride, p.k_row_stride, v_map,
+                                 v_seq + hk * p.v_head_stride, p.v_row_stride);
     }
     return;
   }
@@ -200,6 +172,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const RowVisibility vis =
       row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
 
+  auto release_q = [&] {
+    if (lane == 0) mbarrier_arrive(q_empty);
+  };
   // Turns (kPingPong): consumer c issues its products when named barrier 1 + c lets it, then lets
   // c + 1 (mod the consumers) go. The last consumer lets the first go once before anything, and
   // the first absorbs the last one's final hand-over at the exit, so no arrival is left pending.
@@ -214,19 +189,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (Cfg::kPingPong)
       named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
   };
-  // Waits for a full stage (then orders its cp.async bytes, if any, before wgmma reads them), and
-  // hands an empty one back: one arrival per warp, once its wgmma reads of the stage are done.
-  auto wait_full = [&](uint32_t bar, int g_all) {
-    mbarrier_wait(bar, (g_all / kStages) & 1);
-    fence_proxy_async();
-  };
-  auto release = [&](uint32_t bar) {
-    if (lane == 0) mbarrier_arrive(bar);
-  };
   // Issues S = Q K^T for the block's tile g_all as one wgmma group (after a fence covering o and
   // pf too).
   auto issue_s = [&](int g_all, float (&s)[kBN / 2]) {
-    const uint32_t stage = (g_all % kStages) * KvTile::kBytes;
+    const uint32_t k_tile = ring.k_stage(g_all);
     pin_registers(s);
     pin_registers(o);
     wgmma_fence();
@@ -234,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
       const uint64_t dq = gmma_desc(q_rows + (kk / 4) * QTile::kBlockBytes + col, 0, 1024);
-      const uint64_t dk = gmma_desc(sK + stage + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024);
+      const uint64_t dk = gmma_desc(k_tile + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024);
       Wgmma<T, kBN>::template ss<0, 0>(s, dq, dk, kk > 0);
     }
     wgmma_commit();
@@ -243,12 +209,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // above 128 columns, one product per 128 (the widest the instructions here are built for).
   constexpr int kPvCols = D < 128 ? D : 128;
   auto issue_pv = [&](int g_all) {
-    const uint32_t stage = (g_all % kStages) * KvTile::kBytes;
 #pragma unroll
     for (int part = 0; part < D / kPvCols; ++part) {
       float(&o_part)[kPvCols / 2] = *reinterpret_cast<float(*)[kPvCols / 2]>(&o[part * kPvCols / 2]);
       // Columns [part * kPvCols, ...) of V start kPvCols / 64 column blocks in.
-      const uint32_t v_part = sV + stage + part * (kPvCols / 64) * KvTile::kBlockBytes;
+      const uint32_t v_part = ring.v_stage(g_all) + part * (kPvCols / 64) * KvTile::kBlockBytes;
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
         const uint64_t dv = gmma_desc(v_part + kk * 16 * 128, KvTile::kBlockBytes, 1024);
@@ -331,41 +296,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // makes ptxas serialize them all.
       {
         float s[kBN / 2], alpha[2];
-        wait_full(k_full(g0), g0);
+        ring.wait_k(g0);
         begin_turn();
         issue_s(g0, s);
         end_turn();
         wgmma_wait<0>();
-        release(k_empty(g0));
-        if (n == 1) release(q_empty);
+        ring.release_k(g0, lane);
+        if (n == 1) release_q();
         pin_registers(s);
         softmax(0, s, alpha);
         rescale_and_pack(s, alpha);
       }
       for (int t = 1; t < n; ++t) {
         float s[kBN / 2], alpha[2];
-        wait_full(k_full(g0 + t), g0 + t);
-        wait_full(v_full(g0 + t - 1), g0 + t - 1);
+        ring.wait_k(g0 + t);
+        ring.wait_v(g0 + t - 1);
         begin_turn();
         issue_s(g0 + t, s);
         issue_pv(g0 + t - 1);
         end_turn();
         wgmma_wait<1>();
-        release(k_empty(g0 + t));
-        if (t == n - 1) release(q_empty);
+        ring.release_k(g0 + t, lane);
+        if (t == n - 1) release_q();
         pin_registers(s);
         softmax(t, s, alpha);
         wgmma_wait<0>();
-        release(v_empty(g0 + t - 1));
+        ring.release_v(g0 + t - 1, lane);
         rescale_and_pack(s, alpha);
       }
-      wait_full(v_full(g0 + n - 1), g0 + n - 1);
+      ring.wait_v(g0 + n - 1);
       pin_registers(o);
       wgmma_fence();
       issue_pv(g0 + n - 1);
       wgmma_wait<0>();
       pin_registers(o);
-      release(v_empty(g0 + n - 1));
+      ring.release_v(g0 + n - 1, lane);
     }
 
     float inv[2];

@@ -20,6 +20,7 @@
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/hopper_backward.cuh"
+#include "attn/cuda/hopper_dq.cuh"
 #include "attn/cuda/hopper_forward.cuh"
 #include "attn/cuda/bench_problem.h"
 #include "attn/cuda/check_cuda.h"
@@ -73,6 +74,14 @@ int main(int argc, char** argv) {
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
+      // Deterministic mode: the library's (Hopper dK/dV, then the mma.sync dQ pass) and the
+      // candidate Hopper dQ pass (hopper_dq.cuh) after the same dK/dV kernel.
+      {"wgmma det bwd (lib, mma dQ)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
+      {"wgmma det bwd, wgmma dQ n64", [](auto& p, void* ws) {
+         float* delta = static_cast<float*>(ws);
+         launch_delta<T, 128>(p, delta, nullptr, nullptr);
+         launch_hopper_dkdv<T, HopperBackwardConfig<128>, false>(p, delta, nullptr, nullptr);
+         launch_hopper_dq_pass<T, HopperDqTile<128, 64, 2>>(p, delta, nullptr); }, false, 128},
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
