@@ -9,8 +9,8 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
-#   4 heads per forward block, without the forward's ping-pong, with the candidate Hopper dQ pass
-#   (VARPACK_HOPPER_DQ=1), then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   4 heads per forward block, without the forward's ping-pong, then VARPACK_CUDA_KERNELS=mma for
+#   the sm_80 ones), pytest; bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments;
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
@@ -73,8 +73,7 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
     VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
-    VARPACK_FORWARD_PING_PONG=0 step tests.log standalone_no_pp 120 build-gpu/test_attention_cuda &&
-    VARPACK_HOPPER_DQ=1 step tests.log standalone_hopper_dq 120 build-gpu/test_attention_cuda;
+    VARPACK_FORWARD_PING_PONG=0 step tests.log standalone_no_pp 120 build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
@@ -114,8 +113,6 @@ if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
   VARPACK_HEADS_PER_BLOCK=4 step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer \
     --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2
   VARPACK_HEADS_PER_BLOCK=4 step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer \
-    --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 1
-  VARPACK_HOPPER_DQ=1 step tests.log racecheck_hopper_dq "${SANITIZE_S:-150}" compute-sanitizer \
     --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 1
 fi
 

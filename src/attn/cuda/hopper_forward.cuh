@@ -79,11 +79,16 @@ struct HopperForwardTile {
 // - One tile stream across a block's heads (a head's first S = Q K^T issued with the previous
 //   head's last O += P V; two Q buffers; the output staged 64 columns at a time for room), one
 //   call (10:08 UTC): d128 377 / 530 / 547 / 434 with ping-pong: slower from 4k (cuda.md).
+// - d256 (64-key tiles, the output staged 64 columns at a time, for room; one call, 10:55 UTC):
+//   with ping-pong 437 / 570 / 598 / 520, without 426 / 589 / 588 / 508; the mma.sync forward it
+//   replaced 197 / 250 / 272 / 219.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D, bool PingPong = true>
 struct HopperForwardConfig
-    : std::conditional_t<D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240>,
-                         HopperForwardTile<D, 2, 128, 2, PingPong, 24, 240>> {};
+    : std::conditional_t<
+          D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240>,
+          std::conditional_t<D == 256, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>,
+                             HopperForwardTile<D, 2, 128, 2, PingPong, 24, 240>>> {};
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -370,6 +375,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // 265 / 261 / 225, 138 / 132 / 110. With this kernel (ping-pong; tile_shapes, 10:00 UTC), 1 head,
 // 4 heads and the rule's choice: 64 x 1k 337 / 372 / 372 (4), 16 x 4k 557 / 553 / 553 (4), 4 x 16k
 // 617 / 606 / 589 (2), mixed lengths 467 / 393 / 466 (1).
+// And only while a query tile sees at most 4096 keys on average: past that a head's start and end
+// are a small part of its work, and the longer blocks' tail costs more than their overlap saves
+// (4 x 16k, 8256 keys: 1 head faster than 2 or 4 in both measurements above, and again at 10:55 UTC
+// 644 / 608 (2) / 578 (4)).
 // VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
 // it: their batches are too small for the rule to pick more than one head).
 inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n) {
@@ -386,6 +395,7 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   const double q_tiles = static_cast<double>(p.total_q) / block_m;
   const double k_tiles = static_cast<double>(p.total_k) / block_n;
   const double per_query_tile = p.causal ? (k_tiles / p.batch + 1) / 2 : k_tiles / p.batch;
+  if (per_query_tile * block_n > 4096) return 1;
   const double least_work = q_tiles * per_query_tile * p.heads;
   const double longest = std::ceil(static_cast<double>(p.max_seqlen_k) / block_n);
   for (int k : {4, 2})
@@ -422,8 +432,9 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 }
 
 // At d128 ping-pong only below 8k keys: measured faster at 1k and 4k, slower at 16k
-// (HopperForwardConfig); at d64 faster at every length. VARPACK_FORWARD_PING_PONG=0 or 1 forces the
-// choice (the tests use it: their sequences are short).
+// (HopperForwardConfig); at d64 and d256 always (d64 faster at every length, d256 at three of the
+// four points). VARPACK_FORWARD_PING_PONG=0 or 1 forces the choice at d128 (the tests use it: their
+// sequences are short).
 inline bool forward_ping_pong(const AttentionParams& p) {
   if (const char* forced = std::getenv("VARPACK_FORWARD_PING_PONG")) return std::atoi(forced) != 0;
   return p.max_seqlen_k < 8192;
@@ -431,7 +442,7 @@ inline bool forward_ping_pong(const AttentionParams& p) {
 
 template <class T, int D>
 void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
-  if constexpr (D != 64) {
+  if constexpr (D == 128) {
     if (!forward_ping_pong(p)) {
       launch_hopper_forward_with<T, HopperForwardConfig<D, false>>(p, stream);
       return;

@@ -20,7 +20,6 @@
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/hopper_backward.cuh"
-#include "attn/cuda/hopper_dq.cuh"
 #include "attn/cuda/hopper_forward.cuh"
 #include "attn/cuda/bench_problem.h"
 #include "attn/cuda/check_cuda.h"
@@ -70,30 +69,25 @@ int main(int argc, char** argv) {
       {"wgmma fwd pp (lib < 8k)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
       {"wgmma fwd no pp (lib >= 8k)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128, false>>(p, nullptr); }, true, 128},
       {"wgmma fwd pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
+      {"wgmma fwd no pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128, false>>(p, nullptr, 1); }, true, 128},
       {"wgmma fwd pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
-      // Deterministic mode: the library's (Hopper dK/dV, then the mma.sync dQ pass) and the
-      // candidate Hopper dQ pass (hopper_dq.cuh) after the same dK/dV kernel.
-      {"wgmma det bwd (lib, mma dQ)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
-      {"wgmma det bwd, wgmma dQ n64", [](auto& p, void* ws) {
-         float* delta = static_cast<float*>(ws);
-         launch_delta<T, 128>(p, delta, nullptr, nullptr);
-         launch_hopper_dkdv<T, HopperBackwardConfig<128>, false>(p, delta, nullptr, nullptr);
-         launch_hopper_dq_pass<T, HopperDqTile<128, 64, 2>>(p, delta, nullptr); }, false, 128},
+      // Deterministic mode: Hopper dK/dV, then the wgmma dQ pass.
+      {"wgmma det bwd (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 3 consumers pp 2st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
-      // Head dim 256: the library runs the mma.sync forward on every device; the Hopper kernel
-      // with 64-key tiles and the output staged 64 columns at a time (for room) is a candidate.
-      {"mma fwd d256 (lib)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
-      {"wgmma fwd d256 n64 pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr); }, true, 256},
-      {"wgmma fwd d256 n64 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
+      // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
+      {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, q128 2st)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
+      {"wgmma det bwd d64 (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 64>(d, ws, nullptr); }, false, 64},
   };
   struct Point {
     std::string name;
