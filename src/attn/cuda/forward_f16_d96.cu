@@ -1,13 +1,16 @@
-// Forward kernel instance: f16, head dim 96; the sm_80 kernel on every device (the Hopper kernel
-// is built for head dims 64 and 128 only).
+// Forward kernel instance: f16, head dim 96; the Hopper kernel (on d128's tiles) where it serves the
+// device.
 #include "attn/cuda/forward_kernel.cuh"
+#include "attn/cuda/hopper_forward.cuh"
+#include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 
 namespace varpack::cuda {
 
 template <>
 void run_forward<__half, 96>(const AttentionParams& params, cudaStream_t stream) {
-  launch_forward<__half, 96>(params, stream);
+  if (use_hopper_kernels()) launch_hopper_forward<__half, 96>(params, stream);
+  else launch_forward<__half, 96>(params, stream);
 }
 
 }  // namespace varpack::cuda

@@ -36,11 +36,15 @@
 namespace varpack::cuda {
 
 // OutCols: the output columns staged at a time (WarpRowsOut), fewer than D where shared memory is
-// short.
+// short. DataD: the head dim in memory, where it is not a multiple of 64: D (the tiles' columns,
+// whole 64-column blocks) is the next one up, and the columns past DataD are zeros in shared memory
+// and left out of S = Q K^T's reduction and of the output.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
-          int ConsumerRegisters, int OutCols = D>
+          int ConsumerRegisters, int OutCols = D, int DataD = D>
 struct HopperForwardTile {
+  static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
+  static constexpr int kDataD = DataD;
   static constexpr int kConsumers = Consumers;
   static constexpr int kThreads = 128 * (Consumers + 1);
   static constexpr int kBlockM = 64 * Consumers;
@@ -82,13 +86,16 @@ struct HopperForwardTile {
 // - d256 (64-key tiles, the output staged 64 columns at a time, for room; one call, 10:55 UTC):
 //   with ping-pong 437 / 570 / 598 / 520, without 426 / 589 / 588 / 508; the mma.sync forward it
 //   replaced 197 / 250 / 272 / 219.
-// Not possible at d128: three stages (the output scratch leaves no room).
+// Not possible at d128: three stages (the output scratch leaves no room). d96 runs d128's tiles
+// with its columns past 96 zero (O += P V does the zero columns' work too; not yet measured).
 template <int D, bool PingPong = true>
 struct HopperForwardConfig
     : std::conditional_t<
           D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240>,
-          std::conditional_t<D == 256, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>,
-                             HopperForwardTile<D, 2, 128, 2, PingPong, 24, 240>>> {};
+          std::conditional_t<
+              D == 256, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>,
+              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, PingPong, 24, 240,
+                                (D + 63) / 64 * 64, D>>> {};
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -97,6 +104,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                           int heads_per_block) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
+  constexpr int kDataD = Cfg::kDataD;
   constexpr int kBM = Cfg::kBlockM;
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kStages = Cfg::kStages;
@@ -145,11 +153,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int h = h_first + i;
       const int hk = h / group;
       if (i > 0) mbarrier_wait(q_empty, (i - 1) & 1);
-      load_gmma_tile_async<kBM, D, 128, 1>(sQ, q_seq + h * p.q_head_stride, p.q_row_stride, m0,
-                                           seq.q_len);
+      load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sQ, q_seq + h * p.q_head_stride,
+                                                   p.q_row_stride, m0, seq.q_len);
       cp_async_arrive(q_full);
       for (int t = 0; t < num_tiles; ++t)
-        ring.template produce<D>(i * num_tiles + t, n_first + static_cast<int64_t>(t) * kBN, hk,
+        ring.template produce<D, kDataD>(i * num_tiles + t, n_first + static_cast<int64_t>(t) * kBN, hk,
                                  seq, k_map, k_seq + hk * p.k_head_stride, p.k_row_stride, v_map,
                                  v_seq + hk * p.v_head_stride, p.v_row_stride);
     }
@@ -170,7 +178,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols>;
+  using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols, kDataD>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
   // Visibility of keys from this thread's rows warp_row + g + 8 * r.
@@ -195,14 +203,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
   };
   // Issues S = Q K^T for the block's tile g_all as one wgmma group (after a fence covering o and
-  // pf too).
+  // pf too), reducing over the head dim's kDataD columns.
   auto issue_s = [&](int g_all, float (&s)[kBN / 2]) {
     const uint32_t k_tile = ring.k_stage(g_all);
     pin_registers(s);
     pin_registers(o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
       const uint64_t dq = gmma_desc(q_rows + (kk / 4) * QTile::kBlockBytes + col, 0, 1024);
       const uint64_t dk = gmma_desc(k_tile + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024);
@@ -421,9 +429,9 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
     throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
                 cudaGetErrorString(attr));
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, Cfg::kD,
+  const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
-  const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kD,
+  const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
                                           p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / heads_per_block));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots,
@@ -431,10 +439,10 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   check_launch("the Hopper forward kernel");
 }
 
-// At d128 ping-pong only below 8k keys: measured faster at 1k and 4k, slower at 16k
-// (HopperForwardConfig); at d64 and d256 always (d64 faster at every length, d256 at three of the
-// four points). VARPACK_FORWARD_PING_PONG=0 or 1 forces the choice at d128 (the tests use it: their
-// sequences are short).
+// At d128 (and d96, on d128's tiles) ping-pong only below 8k keys: measured faster at 1k and 4k,
+// slower at 16k (HopperForwardConfig); at d64 and d256 always (d64 faster at every length, d256 at
+// three of the four points). VARPACK_FORWARD_PING_PONG=0 or 1 forces the choice at d96 and d128
+// (the tests use it: their sequences are short).
 inline bool forward_ping_pong(const AttentionParams& p) {
   if (const char* forced = std::getenv("VARPACK_FORWARD_PING_PONG")) return std::atoi(forced) != 0;
   return p.max_seqlen_k < 8192;
@@ -442,7 +450,7 @@ inline bool forward_ping_pong(const AttentionParams& p) {
 
 template <class T, int D>
 void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
-  if constexpr (D == 128) {
+  if constexpr (HopperForwardConfig<D>::kD == 128) {
     if (!forward_ping_pong(p)) {
       launch_hopper_forward_with<T, HopperForwardConfig<D, false>>(p, stream);
       return;

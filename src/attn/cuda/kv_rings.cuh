@@ -55,16 +55,17 @@ struct KvRings {
 
   // Producer warpgroup, all 128 threads: the block's tile g = keys [n0, n0 + kBN) of kv head hk
   // (k and v: the sequence's first row of that head), once the consumers are done with the
-  // stage's previous tile.
-  template <int D, class T>
+  // stage's previous tile. DataD: the head dim in memory (its columns up to D are zeros; the
+  // tensor maps' boxes past it are filled with zeros by the TMA unit).
+  template <int D, int DataD = D, class T>
   __device__ __forceinline__ void produce(int g, int64_t n0, int hk, const SequenceBounds& seq,
                                           const CUtensorMap& k_map, const T* k, int64_t k_stride,
                                           const CUtensorMap& v_map, const T* v,
                                           int64_t v_stride) const {
     if (g >= kStages) mbarrier_wait(k_empty(g), ((g / kStages) & 1) ^ 1);
-    load<D>(k_stage(g), k_map, k, k_stride, n0, hk, seq, k_full(g));
+    load<D, DataD>(k_stage(g), k_map, k, k_stride, n0, hk, seq, k_full(g));
     if (g >= kStages) mbarrier_wait(v_empty(g), ((g / kStages) & 1) ^ 1);
-    load<D>(v_stage(g), v_map, v, v_stride, n0, hk, seq, v_full(g));
+    load<D, DataD>(v_stage(g), v_map, v, v_stride, n0, hk, seq, v_full(g));
   }
 
   // Consumers: wait for tile g's K or V (then order its cp.async bytes, if any, before wgmma reads
@@ -79,7 +80,7 @@ struct KvRings {
   }
 
  private:
-  template <int D, class T>
+  template <int D, int DataD, class T>
   __device__ __forceinline__ static void load(uint32_t dst, const CUtensorMap& map, const T* src,
                                               int64_t row_stride, int64_t n0, int hk,
                                               const SequenceBounds& seq, uint32_t full) {
@@ -90,7 +91,7 @@ struct KvRings {
         tma_load_gmma_tile<KvTile, D>(dst, map, hk, static_cast<int>(seq.k_begin + n0), full);
       }
     } else {
-      load_gmma_tile_async<kBN, D, 128, 1>(dst, src, row_stride, n0, seq.k_len);
+      load_gmma_tile_async<kBN, D, 128, 1, DataD>(dst, src, row_stride, n0, seq.k_len);
     }
     cp_async_arrive(full);
   }

@@ -243,9 +243,9 @@ int main(int argc, char** argv) {
   cases.push_back({DType::bf16, 64, 4, 2, true, -1, -1, 0.f, long_edges, long_edges});
   cases.push_back({DType::bf16, 64, 6, 2, true, -1, -1, 0.f, long_kl, long_edges});
   cases.push_back({DType::f16, 64, 2, 1, false, 200, 50, 0.f, long_edges, long_kl});
-  // Head dims 96 and 256 (on Hopper the wgmma forward at d256; the mma.sync kernels otherwise, where
-  // d96 pads its shared-memory rows and d256 splits dK/dV over two warps per 16 keys): both dtypes
-  // causal and not, with GQA and MQA;
+  // Head dims 96 and 256 (on Hopper the wgmma forward, d96 on d128's tiles; the mma.sync kernels
+  // otherwise, where d96 pads its shared-memory rows and d256 splits dK/dV over two warps per 16
+  // keys): both dtypes causal and not, with GQA and MQA;
   // then q and k lengths that differ, windows, softcap, and sequences of many tiles.
   for (DType t : {DType::bf16, DType::f16})
     for (int d : {96, 256}) {

@@ -13,8 +13,9 @@
 namespace varpack::cuda {
 
 // kCols: the columns staged at a time (a divisor of D): the scratch holds 16 rows of kCols, and
-// the rows go out in D / kCols passes (for room in the Hopper forward at head dim 256).
-template <class T, int D, int kCols = D>
+// the rows go out in D / kCols passes (for room in the Hopper forward at head dim 256). Only the
+// first kDataCols columns are stored (a head dim held in a wider tile: 96 in 128).
+template <class T, int D, int kCols = D, int kDataCols = D>
 struct WarpRowsOut {
   static_assert(D % kCols == 0 && kCols % 8 == 0, "whole passes of whole 16-byte chunks");
   // Rows padded by 16 bytes, so that the accumulator layout's stores (8 rows x 4 column pairs at
@@ -46,7 +47,7 @@ struct WarpRowsOut {
 #pragma unroll 1
       for (int c = lane; c < 16 * kChunks; c += 32) {
         const int row = c / kChunks, chunk = c % kChunks;
-        if (row < valid)
+        if (row < valid && (kDataCols == D || pass * kCols + chunk * 8 < kDataCols))
           *reinterpret_cast<uint4*>(dst + row * row_stride + pass * kCols + chunk * 8) =
               ld_shared_v4(scratch + row * kRowBytes + chunk * 16);
       }

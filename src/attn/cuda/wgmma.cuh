@@ -28,10 +28,13 @@ struct GmmaTile {
   }
 };
 
-// Copies rows [row0, row0 + ROWS) of one head of a [rows, heads, D] tensor into a GmmaTile; rows at
-// or past `valid_rows` are zero-filled. Threads 0 .. THREADS - 1 of the block take part. UNROLL = 1
-// keeps the loop rolled, for a producer warp with few registers.
-template <int ROWS, int D, int THREADS, int UNROLL = (ROWS * D / 8 + THREADS - 1) / THREADS, class T>
+// Copies rows [row0, row0 + ROWS) of one head of a [rows, heads, DATA_COLS] tensor into a
+// GmmaTile of D columns; rows at or past `valid_rows`, and columns at or past DATA_COLS (a head
+// dim that is not a multiple of 64, held in a tile of whole 64-column blocks), are zero-filled.
+// Threads 0 .. THREADS - 1 of the block take part. UNROLL = 1 keeps the loop rolled, for a producer
+// warp with few registers.
+template <int ROWS, int D, int THREADS, int UNROLL = (ROWS * D / 8 + THREADS - 1) / THREADS,
+          int DATA_COLS = D, class T>
 __device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* base, int64_t row_stride,
                                                      int64_t row0, int64_t valid_rows) {
   constexpr int kChunks = D / 8;
@@ -42,7 +45,7 @@ __device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* bas
     if (kTotal % THREADS != 0 && idx >= kTotal) break;  // 3 warpgroups: the last round is partial
     const int r = idx / kChunks;
     const int c = idx % kChunks;
-    const bool valid = row0 + r < valid_rows;
+    const bool valid = row0 + r < valid_rows && (DATA_COLS == D || c * 8 < DATA_COLS);
     const T* src = base + (valid ? (row0 + r) * row_stride : 0) + c * 8;
     cp_async_16(tile + GmmaTile<ROWS, D>::offset(r, c), src, valid);
   }

@@ -1,6 +1,6 @@
 // Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
-// mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64 and 256,
+// mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64, 256 and 96,
 // causal), and checks each against the first of its kind at its head dim (max |difference|), so
 // that a shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats]
@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
+      // Head dim 96: the Hopper kernel on d128's tiles (columns past 96 zero).
+      {"mma fwd d96 (sm_80)", [](auto& p, void*) { launch_forward<T, 96>(p, nullptr); }, true, 96},
+      {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr); }, true, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, q128 2st)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
@@ -109,7 +112,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
-  for (const int d : {128, 64, 256}) {
+  for (const int d : {128, 64, 256, 96}) {
     const bench::BenchProblem problem(heads, d, rows);
     for (const Point& pt : points) {
       double flops = 0;
