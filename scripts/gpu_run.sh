@@ -9,8 +9,7 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
-#   4 heads per forward block, without the forward's ping-pong, then VARPACK_CUDA_KERNELS=mma for
-#   the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments;
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
@@ -72,15 +71,14 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
-    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
-    VARPACK_FORWARD_PING_PONG=0 step tests.log standalone_no_pp 120 build-gpu/test_attention_cuda
+    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
     tests/python/test_cuda_attention.py
 fi
 if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
-  step bench.log tile_shapes 200 build-gpu/tile_shapes 10
+  step bench.log tile_shapes 330 build-gpu/tile_shapes 10
 fi
 if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
   # The backward's two row passes too: at short sequences they are a large part of its time.

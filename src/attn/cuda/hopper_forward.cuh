@@ -71,7 +71,10 @@ struct HopperForwardTile {
 // Measured on the H200 (bf16, causal, 16 heads, experiments/tile_shapes.cu, one call, 2026-12-01
 // 10:00 UTC; TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed lengths 4096..17):
 // - d128, two consumers, 128-key tiles, two stages: with ping-pong 372 / 553 / 589 / 466, without
-//   350 / 542 / 641 / 440; so ping-pong below 8k keys (launch_hopper_forward). The block-synchronous
+//   350 / 542 / 641 / 440, both with two heads per block at 16k. With one head per block there (the
+//   rule of forward_heads_per_block since 10:55 UTC; tile_shapes, two calls, 10:55 and 11:35 UTC)
+//   ping-pong is the faster at 16k too: 644 and 646 against 591 without it; so ping-pong at every
+//   length, as at d64, d96 and d256. The block-synchronous
 //   kernel it replaced (no producer, one __syncthreads per tile, three shared K/V stages, the output
 //   through a K/V stage): 348 / 480 / 515 / 399.
 // - d64: two consumers, three stages, ping-pong 238 / 361 / 433 / 295; without ping-pong 222 /
@@ -86,16 +89,16 @@ struct HopperForwardTile {
 // - d256 (64-key tiles, the output staged 64 columns at a time, for room; one call, 10:55 UTC):
 //   with ping-pong 437 / 570 / 598 / 520, without 426 / 589 / 588 / 508; the mma.sync forward it
 //   replaced 197 / 250 / 272 / 219.
-// Not possible at d128: three stages (the output scratch leaves no room). d96 runs d128's tiles
-// with its columns past 96 zero (O += P V does the zero columns' work too; not yet measured).
-template <int D, bool PingPong = true>
+// - d96 on d128's tiles, its columns past 96 zero (11:35 UTC): 317 / 455 / 508 / 360 against the
+//   mma.sync forward's 214 / 272 / 291 / 221, with O += P V over all 128 columns; now over 96.
+// Not possible at d128: three stages (the output scratch leaves no room).
+template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
           D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240>,
-          std::conditional_t<
-              D == 256, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>,
-              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, PingPong, 24, 240,
-                                (D + 63) / 64 * 64, D>>> {};
+          std::conditional_t<D == 256, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>,
+                             HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
+                                               (D + 63) / 64 * 64, D>>> {};
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -219,11 +222,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_commit();
   };
   // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group;
-  // above 128 columns, one product per 128 (the widest the instructions here are built for).
-  constexpr int kPvCols = D < 128 ? D : 128;
+  // above 128 columns, one product per 128 (the widest the instructions here are built for). Only
+  // the head dim's kDataD columns (96 of d128's tiles: the rest of O stays zero).
+  constexpr int kPvCols = kDataD < 128 ? kDataD : 128;
   auto issue_pv = [&](int g_all) {
 #pragma unroll
-    for (int part = 0; part < D / kPvCols; ++part) {
+    for (int part = 0; part < kDataD / kPvCols; ++part) {
       float(&o_part)[kPvCols / 2] = *reinterpret_cast<float(*)[kPvCols / 2]>(&o[part * kPvCols / 2]);
       // Columns [part * kPvCols, ...) of V start kPvCols / 64 column blocks in.
       const uint32_t v_part = ring.v_stage(g_all) + part * (kPvCols / 64) * KvTile::kBlockBytes;
@@ -439,23 +443,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   check_launch("the Hopper forward kernel");
 }
 
-// At d128 (and d96, on d128's tiles) ping-pong only below 8k keys: measured faster at 1k and 4k,
-// slower at 16k (HopperForwardConfig); at d64 and d256 always (d64 faster at every length, d256 at
-// three of the four points). VARPACK_FORWARD_PING_PONG=0 or 1 forces the choice at d96 and d128
-// (the tests use it: their sequences are short).
-inline bool forward_ping_pong(const AttentionParams& p) {
-  if (const char* forced = std::getenv("VARPACK_FORWARD_PING_PONG")) return std::atoi(forced) != 0;
-  return p.max_seqlen_k < 8192;
-}
-
 template <class T, int D>
 void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
-  if constexpr (HopperForwardConfig<D>::kD == 128) {
-    if (!forward_ping_pong(p)) {
-      launch_hopper_forward_with<T, HopperForwardConfig<D, false>>(p, stream);
-      return;
-    }
-  }
   launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream);
 }
 

@@ -164,6 +164,8 @@ int main() {
   // Forward O += P V and backward dV += P^T dO: A in registers, B MN-major over all head columns.
   ok &= run_case<128, 2, 1>("rs A registers, B MN-major, n128", p, 0);
   ok &= run_case<64, 2, 1>("rs A registers, B MN-major, n64", p, 0);
+  // Head dim 96 on d128's tiles: N = 96 spans one and a half 64-column blocks.
+  ok &= run_case<96, 2, 1>("rs A registers, B MN-major, n96", p, 0);
   // Backward dQ = dS K: A MN-major, B MN-major, one warpgroup's share of the head columns.
   ok &= run_case<64, 1, 1>("ss A MN-major, B MN-major, n64, 2nd block", p, 64);
   ok &= run_case<32, 1, 1>("ss A MN-major, B MN-major, n32, mid-block", p, 32);

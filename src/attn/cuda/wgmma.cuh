@@ -101,11 +101,16 @@ struct Wgmma;
 #define VARPACK_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define VARPACK_F16(i) VARPACK_F4(i), VARPACK_F4(i + 4), VARPACK_F4(i + 8), VARPACK_F4(i + 12)
 #define VARPACK_F32(i) VARPACK_F16(i), VARPACK_F16(i + 16)
+#define VARPACK_F48(i) VARPACK_F32(i), VARPACK_F16(i + 32)
 #define VARPACK_F64(i) VARPACK_F32(i), VARPACK_F32(i + 32)
 #define VARPACK_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define VARPACK_D32                                                                             \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define VARPACK_D48                                                                             \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define VARPACK_D64                                                                             \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
@@ -142,6 +147,8 @@ struct Wgmma;
                        "%16, %17, p, 1, 1, %19, %20", "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, %22") \
   VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 64, 32, VARPACK_D32, VARPACK_F32(0), "%34",             \
                        "%32, %33, p, 1, 1, %35, %36", "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, %38") \
+  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 96, 48, VARPACK_D48, VARPACK_F48(0), "%50",             \
+                       "%48, %49, p, 1, 1, %51, %52", "%53", "{%48, %49, %50, %51}, %52, p, 1, 1, %54") \
   VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 128, 64, VARPACK_D64, VARPACK_F64(0), "%66",            \
                        "%64, %65, p, 1, 1, %67, %68", "%69", "{%64, %65, %66, %67}, %68, p, 1, 1, %70")
 
@@ -151,9 +158,11 @@ VARPACK_DEFINE_WGMMA_TYPE(__half, ".f16")
 #undef VARPACK_DEFINE_WGMMA_TYPE
 #undef VARPACK_DEFINE_WGMMA
 #undef VARPACK_D64
+#undef VARPACK_D48
 #undef VARPACK_D32
 #undef VARPACK_D16
 #undef VARPACK_F64
+#undef VARPACK_F48
 #undef VARPACK_F32
 #undef VARPACK_F16
 #undef VARPACK_F4

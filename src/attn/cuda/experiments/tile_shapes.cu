@@ -66,10 +66,10 @@ int main(int argc, char** argv) {
   // at its head dim and is checked against the first of its kind there.
   std::vector<Variant> variants{
       {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
-      {"wgmma fwd pp (lib < 8k)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
-      {"wgmma fwd no pp (lib >= 8k)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128, false>>(p, nullptr); }, true, 128},
+      {"wgmma fwd pp (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
+      {"wgmma fwd no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr); }, true, 128},
       {"wgmma fwd pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
-      {"wgmma fwd no pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128, false>>(p, nullptr, 1); }, true, 128},
+      {"wgmma fwd no pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr, 1); }, true, 128},
       {"wgmma fwd pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
@@ -118,10 +118,19 @@ int main(int argc, char** argv) {
       double flops = 0;
       const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
       const int64_t n = p.total_q * heads * d;
+      // Two rounds over the variants, each keeping its faster median: a variant timed right after
+      // another ran slower in one round than the same launch did later in the list (4 x 16k,
+      // 576 against 646 TFLOP/s, 2026-12-01 11:35 UTC).
+      std::vector<float> best(variants.size(), INFINITY);
+      for (int round = 0; round < 2; ++round)
+        for (size_t i = 0; i < variants.size(); ++i)
+          if (variants[i].d == d)
+            best[i] = std::min(best[i], bench::median_ms([&] { variants[i].run(p, ws); }, repeats));
       std::vector<uint16_t> ref_out, ref_grads;
-      for (const Variant& var : variants) {
+      for (size_t i = 0; i < variants.size(); ++i) {
+        const Variant& var = variants[i];
         if (var.d != d) continue;
-        const float ms = bench::median_ms([&] { var.run(p, ws); }, repeats);
+        const float ms = best[i];
         CHECK_CUDA(cudaDeviceSynchronize());
         // The sm_80 library forward's output (and lse) feed every backward variant.
         if (!var.forward && ref_grads.empty()) {
