@@ -101,11 +101,12 @@ struct DqConfig<256> : DqTile<256, 4, 16, false> {};
 // As in the forward, P = exp2(raw * c - lse * log2(e)) with raw = q.k and c = scale * log2(e), or
 // raw = softcap * tanh(scale * q.k / softcap) and c = log2(e). slope = d(score) / d(q.k) / scale:
 // 1, or 1 - tanh^2 with softcap; the common factor `scale` is applied once to dK and dQ at the end.
+// scale / softcap is hoisted out of the loops (raw_score says why).
 template <bool kSoftcap>
 __device__ __forceinline__ void raw_and_slope(float s, float scale, float softcap, float& raw,
                                               float& slope) {
   if constexpr (kSoftcap) {
-    const float t = fast_tanh(s * scale / softcap);
+    const float t = fast_tanh(s * (scale / softcap));
     raw = softcap * t;
     slope = 1.f - t * t;
   } else {

