@@ -472,10 +472,10 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
 // pass (no atomics, bit-identical run to run): that one in the deterministic mode, and at d64 in
 // both, where it is the faster. Measured on the H200 (bf16, causal, 16 heads; tile_shapes,
 // 2026-12-01), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed:
-// - d128 (10:55 UTC): the two passes 270.6 / 401.3 / 413.2 / 345.6, with the mma.sync dQ pass
+// - d128 (10:53 UTC): the two passes 270.6 / 401.3 / 413.2 / 345.6, with the mma.sync dQ pass
 //   (backward_kernels.cuh's dq_kernel) 221.4 / 295.6 / 311.7 / 264.4, atomic 271.7 / 404.2 /
 //   451.3 / 354.9;
-// - d64 (11:50 UTC, two rounds, the faster median): the two passes 182.4 / 275.8 / 315.2 / 233.6,
+// - d64 (11:12 UTC, two rounds, the faster median): the two passes 182.4 / 275.8 / 315.2 / 233.6,
 //   atomic 162.3 / 239.6 / 273.7 / 207.5.
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {

@@ -72,9 +72,12 @@ struct HopperForwardTile {
 // 10:00 UTC; TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed lengths 4096..17):
 // - d128, two consumers, 128-key tiles, two stages: with ping-pong 372 / 553 / 589 / 466, without
 //   350 / 542 / 641 / 440, both with two heads per block at 16k. With one head per block there (the
-//   rule of forward_heads_per_block since 10:55 UTC; tile_shapes, two calls, 10:55 and 11:35 UTC)
-//   ping-pong is the faster at 16k too: 644 and 646 against 591 without it; so ping-pong at every
-//   length, as at d64, d96 and d256. The block-synchronous
+//   rule of forward_heads_per_block since 10:55 UTC) ping-pong measured 644 and 646 at 16k in two
+//   calls (10:53 and 11:05 UTC) against 591 without; a third call that keeps each variant's faster
+//   median of two rounds (11:12 UTC) had all four 16k variants (with and without ping-pong, one
+//   head or the rule's) within 574-583, and with ping-pong 404 / 571 / 575 / 455 against 396 / 524
+//   / 578 / 439 without. So ping-pong at every length, as at d64, d96 and d256. The
+//   block-synchronous
 //   kernel it replaced (no producer, one __syncthreads per tile, three shared K/V stages, the output
 //   through a K/V stage): 348 / 480 / 515 / 399.
 // - d64: two consumers, three stages, ping-pong 238 / 361 / 433 / 295; without ping-pong 222 /
@@ -86,11 +89,12 @@ struct HopperForwardTile {
 // - One tile stream across a block's heads (a head's first S = Q K^T issued with the previous
 //   head's last O += P V; two Q buffers; the output staged 64 columns at a time for room), one
 //   call (10:08 UTC): d128 377 / 530 / 547 / 434 with ping-pong: slower from 4k (cuda.md).
-// - d256 (64-key tiles, the output staged 64 columns at a time, for room; one call, 10:55 UTC):
-//   with ping-pong 437 / 570 / 598 / 520, without 426 / 589 / 588 / 508; the mma.sync forward it
-//   replaced 197 / 250 / 272 / 219.
-// - d96 on d128's tiles, its columns past 96 zero (11:35 UTC): 317 / 455 / 508 / 360 against the
-//   mma.sync forward's 214 / 272 / 291 / 221, with O += P V over all 128 columns; now over 96.
+// - d256 (64-key tiles, the output staged 64 columns at a time, for room): with ping-pong 437 /
+//   570 / 598 / 520, without 426 / 589 / 588 / 508 (10:53 UTC); two rounds (11:12 UTC) 448 / 588 /
+//   603 / 523 against 435 / 524 / 597 / 511; the mma.sync forward it replaced 195 / 247 / 271 / 218.
+// - d96 on d128's tiles, its columns past 96 zero: 327 / 475 / 546 / 369 (11:12 UTC, O += P V over
+//   the 96 columns; over all 128, 11:05 UTC: 317 / 455 / 508 / 360) against the mma.sync forward's
+//   212 / 270 / 290 / 219.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
@@ -388,9 +392,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // 4 heads and the rule's choice: 64 x 1k 337 / 372 / 372 (4), 16 x 4k 557 / 553 / 553 (4), 4 x 16k
 // 617 / 606 / 589 (2), mixed lengths 467 / 393 / 466 (1).
 // And only while a query tile sees at most 4096 keys on average: past that a head's start and end
-// are a small part of its work, and the longer blocks' tail costs more than their overlap saves
-// (4 x 16k, 8256 keys: 1 head faster than 2 or 4 in both measurements above, and again at 10:55 UTC
-// 644 / 608 (2) / 578 (4)).
+// are a small part of its work, and the longer blocks' tail can cost more than their overlap saves
+// (4 x 16k, 8256 keys: 1 head the fastest in both measurements above and at 10:53 UTC, 644 / 608
+// (2) / 578 (4); with two rounds per variant, 11:12 UTC, 574 / 575 (the rule's, now 1) / 583 (4):
+// within the noise there).
 // VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
 // it: their batches are too small for the rule to pick more than one head).
 inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n) {

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       const int64_t n = p.total_q * heads * d;
       // Two rounds over the variants, each keeping its faster median: a variant timed right after
       // another ran slower in one round than the same launch did later in the list (4 x 16k,
-      // 576 against 646 TFLOP/s, 2026-12-01 11:35 UTC).
+      // 576 against 646 TFLOP/s, 2026-12-01 11:05 UTC).
       std::vector<float> best(variants.size(), INFINITY);
       for (int round = 0; round < 2; ++round)
         for (size_t i = 0; i < variants.size(); ++i)
