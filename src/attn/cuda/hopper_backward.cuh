@@ -21,6 +21,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
@@ -35,11 +37,16 @@
 
 namespace varpack::cuda {
 
-// The block's shape: kQueryStep queries per tile (64 or 128), kStages load stages.
-template <int D, int QueryStep, int Stages>
+// The block's shape: kQueryStep queries per tile (64 or 128), kStages load stages. DataD: the head
+// dim in memory where it is not a multiple of 64 (as in HopperForwardTile: D, the tiles' columns,
+// is the next one up; the columns past DataD are zeros in shared memory and left out of every
+// product and of dK and dV); only without atomic dQ (whose accumulator rows are D wide).
+template <int D, int QueryStep, int Stages, int DataD = D>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
+  static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
   static constexpr int kD = D;
+  static constexpr int kDataD = DataD;
   static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
   static constexpr int kComputeThreads = 256;
   static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; warp 2 reduces dQ
@@ -101,6 +108,9 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // with 4. 76-80 bytes of spills (64-query tiles: 48).
 template <>
 struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
+// Head dim 96 on d128's tiles (without atomic dQ: the two-pass backward, launch_hopper_backward).
+template <>
+struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -116,6 +126,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            float* dq_accum, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
+  constexpr int kDataD = Cfg::kDataD;
+  static_assert(!kAtomicDq || kDataD == D, "the dQ accumulator's rows are D wide");
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
@@ -162,10 +174,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
     const T* dout =
         static_cast<const T*>(p.dout) + seq.q_begin * p.dout_row_stride + h * p.dout_head_stride;
-    load_gmma_tile_async<kBM, D, kLoaders, kUnroll>(sQ + s * QTile::kBytes, q, p.q_row_stride, m0,
-                                                    seq.q_len);
-    load_gmma_tile_async<kBM, D, kLoaders, kUnroll>(sdO + s * QTile::kBytes, dout,
-                                                    p.dout_row_stride, m0, seq.q_len);
+    load_gmma_tile_async<kBM, D, kLoaders, kUnroll, kDataD>(sQ + s * QTile::kBytes, q,
+                                                            p.q_row_stride, m0, seq.q_len);
+    load_gmma_tile_async<kBM, D, kLoaders, kUnroll, kDataD>(sdO + s * QTile::kBytes, dout,
+                                                            p.dout_row_stride, m0, seq.q_len);
     load_row_stats_async<kBM, kLoaders>(sStat, s, p, delta, seq, h, m0);
   };
   using AllThreads = std::integral_constant<int, Cfg::kThreads>;
@@ -182,8 +194,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (iters > 0) {
     const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
-    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sK, k, p.k_row_stride, n0, seq.k_len);
-    load_gmma_tile_async<kBN, D, Cfg::kThreads>(sV, v, p.v_row_stride, n0, seq.k_len);
+    constexpr int kKvUnroll = (kBN * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads;
+    load_gmma_tile_async<kBN, D, Cfg::kThreads, kKvUnroll, kDataD>(sK, k, p.k_row_stride, n0,
+                                                                   seq.k_len);
+    load_gmma_tile_async<kBN, D, Cfg::kThreads, kKvUnroll, kDataD>(sV, v, p.v_row_stride, n0,
+                                                                   seq.k_len);
     load_queries(AllThreads{}, AllUnrolled{}, 0);
   }
   cp_async_commit();
@@ -266,9 +281,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t ds_rows = sDs + (dq_row0 / 64) * DsTile::kBlockBytes;
   const uint32_t k_cols = sK + (dq_col0 / 64) * KvTile::kBlockBytes + (dq_col0 % 64) * 2;
 
-  float dk[D / 2], dv[D / 2];
+  float dk[kDataD / 2], dv[kDataD / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < kDataD / 2; ++i) dk[i] = dv[i] = 0.f;
 
   // Keys of this thread's accumulator rows warp * 16 + g + 8r, inside the sequence or not.
   const int key0 = static_cast<int>(n0) + warp * 16 + g;
@@ -292,7 +307,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     pin_registers(dpt);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
       Wgmma<T, kBM>::template ss<0, 0>(
           st, gmma_desc(k_rows + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024),
@@ -300,7 +315,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;
       Wgmma<T, kBM>::template ss<0, 0>(
           dpt, gmma_desc(v_rows + (kk / 4) * KvTile::kBlockBytes + col, 0, 1024),
@@ -367,8 +382,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) {
-      Wgmma<T, D>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
-      Wgmma<T, D>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      Wgmma<T, kDataD>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      Wgmma<T, kDataD>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
     }
     wgmma_commit();
     if constexpr (kAtomicDq) {
@@ -417,7 +432,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // dK and dV go out through shared memory (WarpRowsOut), in K and V's tiles once both compute
   // warpgroups are done with them (their last dQ product reads all of K; a warp's scratch spans
   // the other warpgroup's rows).
-  using RowsOut = WarpRowsOut<T, D>;
+  using RowsOut = WarpRowsOut<T, kDataD>;
   static_assert(8 * RowsOut::kScratchBytes <= 2 * KvTile::kBytes, "K and V hold 8 warps' rows");
   named_barrier_sync(kDsReady, Cfg::kComputeThreads);
   const uint32_t scratch = sK + warp * RowsOut::kScratchBytes;
@@ -438,7 +453,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 template <class T, class Cfg, bool kAtomicDq>
 void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, float* dq_accum,
                         cudaStream_t stream) {
-  constexpr int D = Cfg::kD;
+  constexpr int D = Cfg::kDataD;  // the tensor maps' boxes fill the columns past it with zeros
   const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
   if (key_slots <= 0 || p.kv_heads <= 0) return;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -477,16 +492,31 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
 //   451.3 / 354.9;
 // - d64 (11:12 UTC, two rounds, the faster median): the two passes 182.4 / 275.8 / 315.2 / 233.6,
 //   atomic 162.3 / 239.6 / 273.7 / 207.5.
+// d96 runs the two passes only (on d128's tiles, which an atomic dQ accumulator of 96-float rows
+// would not match).
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
-  if (p.deterministic || D == 64) {
+  constexpr bool kTwoPassesOnly = D == 64 || D == 96;
+  if (kTwoPassesOnly || p.deterministic) {
     float* delta = static_cast<float*>(workspace);
     launch_delta<T, D>(p, delta, nullptr, stream);
     launch_hopper_dkdv<T, HopperBackwardConfig<D>, false>(p, delta, nullptr, stream);
     launch_hopper_dq_pass<T, HopperDqConfig<D>>(p, delta, stream);
     return;
   }
-  launch_hopper_backward_atomic_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
+  if constexpr (!kTwoPassesOnly)
+    launch_hopper_backward_atomic_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
+}
+
+// The Hopper backward at head dim 96 is written but not yet run on a GPU: VARPACK_HOPPER_D96_BWD=1
+// selects it (scripts/gpu_run.sh runs the standalone test and racecheck with it) until it has been
+// checked and measured against the mma.sync backward; otherwise d96 runs the mma.sync backward.
+inline bool hopper_d96_backward_selected() {
+  static const bool selected = [] {
+    const char* choice = std::getenv("VARPACK_HOPPER_D96_BWD");
+    return choice != nullptr && std::strcmp(choice, "1") == 0;
+  }();
+  return selected;
 }
 
 }  // namespace varpack::cuda

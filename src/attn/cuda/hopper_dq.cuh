@@ -31,10 +31,14 @@
 namespace varpack::cuda {
 
 // BlockN keys per tile: S, dP (BlockN / 2 fp32 each per thread) and dQ (D / 2) live together, so
-// 64-key tiles at D = 128.
-template <int D, int BlockN, int Stages>
+// 64-key tiles at D = 128. DataD: the head dim in memory where it is not a multiple of 64 (as in
+// HopperForwardTile: D, the tiles' columns, is the next one up; the columns past DataD are zeros in
+// shared memory and left out of every product and of dQ).
+template <int D, int BlockN, int Stages, int DataD = D>
 struct HopperDqTile {
+  static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
+  static constexpr int kDataD = DataD;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kBlockM = 64 * kConsumers;
@@ -44,7 +48,7 @@ struct HopperDqTile {
   static constexpr int kConsumerRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
-  static constexpr int kScratchBytes = 16 * (2 * D + 16);  // WarpRowsOut's, per consumer warp
+  static constexpr int kScratchBytes = 16 * (2 * DataD + 16);  // WarpRowsOut's, per consumer warp
   // Q, dO, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
   static constexpr int kDoOffset = QTile::kBytes;
   static constexpr int kKOffset = 2 * QTile::kBytes;
@@ -61,6 +65,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                      const __grid_constant__ CUtensorMap v_map, const float* delta, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
+  constexpr int kDataD = Cfg::kDataD;
   constexpr int kBM = Cfg::kBlockM;
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kStages = Cfg::kStages;
@@ -103,11 +108,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         static_cast<const T*>(p.dout) + seq.q_begin * p.dout_row_stride + h * p.dout_head_stride;
     const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
-    load_gmma_tile_async<kBM, D, 128, 1>(sQ, q, p.q_row_stride, m0, seq.q_len);
-    load_gmma_tile_async<kBM, D, 128, 1>(sdO, dout, p.dout_row_stride, m0, seq.q_len);
+    load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sQ, q, p.q_row_stride, m0, seq.q_len);
+    load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sdO, dout, p.dout_row_stride, m0, seq.q_len);
     cp_async_arrive(qdo_full);
     for (int t = 0; t < num_tiles; ++t)
-      ring.template produce<D>(t, n_first + static_cast<int64_t>(t) * kBN, hk, seq, k_map, k,
+      ring.template produce<D, kDataD>(t, n_first + static_cast<int64_t>(t) * kBN, hk, seq, k_map, k,
                                p.k_row_stride, v_map, v, p.v_row_stride);
     return;
   }
@@ -142,9 +147,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kTurnThreads = 256;
   if (wg == 1) named_barrier_arrive(1, kTurnThreads);
 
-  float dq[D / 2];
+  float dq[kDataD / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+  for (int i = 0; i < kDataD / 2; ++i) dq[i] = 0.f;
   if (num_tiles > 0) mbarrier_wait(qdo_full, 0);
   for (int t = 0; t < num_tiles; ++t) {
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
@@ -157,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     pin_registers(dq);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
       const uint32_t block = (kk / 4) * QTile::kBlockBytes + rows + col;
       const uint32_t kv = (kk / 4) * KvTile::kBlockBytes + col;
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint64_t dk = gmma_desc(ring.k_stage(t) + kk * 16 * 128, KvTile::kBlockBytes, 1024);
-      Wgmma<T, D>::template rs<1>(dq, ds[kk], dk, 1);
+      Wgmma<T, kDataD>::template rs<1>(dq, ds[kk], dk, 1);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -213,7 +218,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ring.release_k(t, lane);
   }
 
-  using RowsOut = WarpRowsOut<T, D>;
+  using RowsOut = WarpRowsOut<T, kDataD>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const float scale[2] = {p.softmax_scale, p.softmax_scale};
   RowsOut::store(dq, scale, sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes,
@@ -225,15 +230,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // 64-key tiles at every head dim: at D = 128, 128-key tiles would need 64 + 64 + 64 accumulators
-// per thread for S, dP and dQ, beside dS (not yet measured against other shapes).
+// per thread for S, dP and dQ, beside dS (not yet measured against other shapes). d96 on d128's
+// tiles.
 template <int D>
-struct HopperDqConfig : HopperDqTile<D, 64, 2> {};
+struct HopperDqConfig : HopperDqTile<(D + 63) / 64 * 64, 64, 2, D> {};
 
 // The dQ pass over (query slot, head); delta: Delta (launch_delta).
 template <class T, class Cfg>
 void launch_hopper_dq_pass(const AttentionBackwardParams& p, const float* delta,
                            cudaStream_t stream) {
-  constexpr int D = Cfg::kD;
+  constexpr int D = Cfg::kDataD;  // the tensor maps' boxes fill the columns past it with zeros
   const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
   if (slots <= 0 || p.heads <= 0) return;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;

@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
       // Head dim 96: the Hopper kernel on d128's tiles (columns past 96 zero).
       {"mma fwd d96 (sm_80)", [](auto& p, void*) { launch_forward<T, 96>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr); }, true, 96},
+      // The library's d96 backward (mma.sync, atomic dQ) and the candidate Hopper one (two passes
+      // on d128's tiles; VARPACK_HOPPER_D96_BWD=1 selects it in the library).
+      {"mma bwd d96 atomic (lib)", [](auto& p, void* ws) { launch_backward<T, 96>(p, ws, nullptr); }, false, 96},
+      {"wgmma bwd d96 two passes", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 atomic q128 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
@@ -135,6 +139,7 @@ int main(int argc, char** argv) {
         // The sm_80 library forward's output (and lse) feed every backward variant.
         if (!var.forward && ref_grads.empty()) {
           if (d == 128) launch_forward<T, 128>(p, nullptr);
+          else if (d == 96) launch_forward<T, 96>(p, nullptr);
           else launch_forward<T, 64>(p, nullptr);
         }
         var.run(p, ws);  // the output checked is this variant's own
