@@ -127,7 +127,7 @@ CASES = [
     (torch.float16, 64, 4, 4, False, (-1, -1), 0.0, EDGES, EDGES),
     (torch.float16, 128, 8, 2, True, (-1, -1), 0.0, EDGES, EDGES),
     (torch.float16, 128, 2, 1, True, (20, 0), 5.0, [513, 2, 1000], [513, 2, 1000]),
-    # Head dims 96 and 256 (the mma.sync kernels on every device).
+    # Head dims 96 and 256 (on Hopper the wgmma forward and the mma.sync backward).
     (torch.bfloat16, 96, 4, 2, False, (-1, -1), 0.0, EDGES, EDGES),
     (torch.float16, 96, 4, 1, True, (-1, -1), 0.0, EDGES, [n + 37 for n in EDGES]),
     (torch.bfloat16, 96, 2, 2, True, (100, -1), 2.0, [700, 1, 257], [700, 1, 257]),

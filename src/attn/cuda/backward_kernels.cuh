@@ -284,15 +284,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
+  const BlockTile tile = key_tile<kBN, kBM>(p, slot);
   const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
-  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
-  const int64_t n0 = slot.block * kBN;
-  const int64_t n1 = n0 + kBN < seq.k_len ? n0 + kBN : seq.k_len;
-  const TileWalk walk =
-      tiles_over(queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right), kBM);
-  const int64_t m_first = walk.first;
-  const int m_tiles = walk.count;
+  const SequenceBounds seq = tile.seq;
+  const int64_t n0 = tile.r0;
+  const int64_t m_first = tile.walk.first;
+  const int m_tiles = tile.walk.count;
   const int iters = m_tiles * group;
 
   const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
@@ -481,15 +479,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
   if (!slot.valid) return;
+  const BlockTile tile = query_tile<kBM, kBN>(p, slot);
   const int h = static_cast<int>(blockIdx.y);
   const int hk = h / (p.heads / p.kv_heads);
-  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
-  const int64_t m0 = slot.block * kBM;
-  const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
-  const TileWalk walk =
-      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
-  const int64_t n_first = walk.first;
-  const int num_tiles = walk.count;
+  const SequenceBounds seq = tile.seq;
+  const int64_t m0 = tile.r0;
+  const int64_t n_first = tile.walk.first;
+  const int num_tiles = tile.walk.count;
 
   const T* q = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride + h * p.q_head_stride;
   const T* dout =

@@ -140,15 +140,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
+  const BlockTile tile = key_tile<kBN, kBM>(p, slot);
   const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
-  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
-  const int64_t n0 = slot.block * kBN;
-  const int64_t n1 = n0 + kBN < seq.k_len ? n0 + kBN : seq.k_len;
-  const TileWalk walk =
-      tiles_over(queries_for_keys(seq, n0, n1, p.causal, p.window_left, p.window_right), kBM);
-  const int64_t m_first = walk.first;
-  const int m_tiles = walk.count;
+  const SequenceBounds seq = tile.seq;
+  const int64_t n0 = tile.r0;
+  const int64_t m_first = tile.walk.first;
+  const int m_tiles = tile.walk.count;
   const int iters = m_tiles * group;
   // Iteration it: q head hk * group + it / m_tiles, query tile starting at tile_start(it).
   auto tile_start = [&](int it) { return m_first + static_cast<int64_t>(it % m_tiles) * kBM; };

@@ -76,15 +76,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
   if (!slot.valid) return;
+  const BlockTile tile = query_tile<kBM, kBN>(p, slot);
   const int h = static_cast<int>(blockIdx.y);
   const int hk = h / (p.heads / p.kv_heads);
-  const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
-  const int64_t m0 = slot.block * kBM;
-  const int64_t m1 = m0 + kBM < seq.q_len ? m0 + kBM : seq.q_len;
-  const TileWalk walk =
-      tiles_over(keys_for_queries(seq, m0, m1, p.causal, p.window_left, p.window_right), kBN);
-  const int64_t n_first = walk.first;
-  const int num_tiles = walk.count;
+  const SequenceBounds seq = tile.seq;
+  const int64_t m0 = tile.r0;
+  const int64_t n_first = tile.walk.first;
+  const int num_tiles = tile.walk.count;
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sdO = sQ + Cfg::kDoOffset;

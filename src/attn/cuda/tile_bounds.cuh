@@ -98,6 +98,40 @@ __host__ __device__ __forceinline__ TileWalk tiles_over(Range r, int step) {
   return w;
 }
 
+// A block's tile and what it walks: rows [r0, r1) of sequence `seq` (queries in the forward and
+// the dQ passes, keys in the dK/dV passes), and the tiles of the other side that those rows see.
+struct BlockTile {
+  SequenceBounds seq;
+  int64_t r0 = 0, r1 = 0;
+  TileWalk walk;
+};
+
+// The query tile of kBM rows in `slot` (find_slot over cu_seqlens_q) and the kBN-key tiles it
+// sees. Params: AttentionParams or AttentionBackwardParams.
+template <int kBM, int kBN, class Params>
+__device__ __forceinline__ BlockTile query_tile(const Params& p, const TileSlot& slot) {
+  BlockTile t;
+  t.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  t.r0 = slot.block * kBM;
+  t.r1 = t.r0 + kBM < t.seq.q_len ? t.r0 + kBM : t.seq.q_len;
+  t.walk = tiles_over(keys_for_queries(t.seq, t.r0, t.r1, p.causal, p.window_left, p.window_right),
+                      kBN);
+  return t;
+}
+
+// The key tile of kBN rows in `slot` (find_slot over cu_seqlens_k) and the kBM-query tiles that
+// see it.
+template <int kBN, int kBM, class Params>
+__device__ __forceinline__ BlockTile key_tile(const Params& p, const TileSlot& slot) {
+  BlockTile t;
+  t.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
+  t.r0 = slot.block * kBN;
+  t.r1 = t.r0 + kBN < t.seq.k_len ? t.r0 + kBN : t.seq.k_len;
+  t.walk = tiles_over(queries_for_keys(t.seq, t.r0, t.r1, p.causal, p.window_left, p.window_right),
+                      kBM);
+  return t;
+}
+
 // Key j is visible from query `row` + delta (0 <= delta <= slack) iff begin + delta <= j <
 // end + delta and j < k_len: SequenceBounds' key_begin / key_end without their clamps (j >= 0 makes
 // them redundant), so two int32 registers stand for the bounds of all of a thread's rows. A missing
