@@ -1,6 +1,9 @@
-// Backward kernel instance: bf16, head dim 256; the sm_80 kernels in both modes on every device
-// (the Hopper kernel is built for head dims 64 and 128 only).
+// Backward kernel instance: bf16, head dim 256; the sm_80 kernels in both modes, or on Hopper with
+// VARPACK_HOPPER_WIDE_BWD=1 the Hopper two-pass backward (with dK/dV split by columns; not yet run
+// on a GPU).
 #include "attn/cuda/backward_kernels.cuh"
+#include "attn/cuda/hopper_backward.cuh"
+#include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 
 namespace varpack::cuda {
@@ -8,7 +11,9 @@ namespace varpack::cuda {
 template <>
 void run_backward<__nv_bfloat16, 256>(const AttentionBackwardParams& params, void* workspace,
                                       cudaStream_t stream) {
-  launch_backward<__nv_bfloat16, 256>(params, workspace, stream);
+  if (use_hopper_kernels() && hopper_wide_backward_selected())
+    launch_hopper_backward<__nv_bfloat16, 256>(params, workspace, stream);
+  else launch_backward<__nv_bfloat16, 256>(params, workspace, stream);
 }
 
 }  // namespace varpack::cuda

@@ -1,5 +1,5 @@
-// Forward kernel instance: f16, head dim 96; the Hopper kernel (on d128's tiles) where it serves the
-// device.
+// Forward kernel instance: f16, head dim 96; the Hopper kernel (on d128's tiles) where it serves
+// the device.
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/hopper_forward.cuh"
 #include "attn/cuda/hopper_path.h"

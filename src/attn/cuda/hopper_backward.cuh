@@ -41,18 +41,27 @@ namespace varpack::cuda {
 // dim in memory where it is not a multiple of 64 (as in HopperForwardTile: D, the tiles' columns,
 // is the next one up; the columns past DataD are zeros in shared memory and left out of every
 // product and of dK and dV); only without atomic dQ (whose accumulator rows are D wide).
-template <int D, int QueryStep, int Stages, int DataD = D>
+// SplitColumns (head dim 256, where one warpgroup cannot hold dK and dV of 64 keys x D): a block
+// of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
+// columns (both compute S^T and dP^T); only without atomic dQ, so without dS^T or dQ in shared
+// memory.
+template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
+  static_assert(!SplitColumns || DataD == D, "halves of whole 64-column blocks");
   static constexpr int kD = D;
   static constexpr int kDataD = DataD;
+  static constexpr bool kSplitColumns = SplitColumns;
+  // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
+  static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
+  static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
   static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
   static constexpr int kComputeThreads = 256;
   static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; warp 2 reduces dQ
   static constexpr int kProducerRegisters = 24;
   static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
-  static constexpr int kKeysPerBlock = 128;
+  static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;
   static constexpr int kDqBuffers = 2;  // the reducing warp reads one while the other fills
@@ -71,9 +80,9 @@ struct HopperBackwardTile {
   static constexpr int kQOffset = 2 * KvTile::kBytes;
   static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
-  static constexpr int kDqOffset = kDsOffset + DsTile::kBytes;
+  static constexpr int kDqOffset = kDsOffset + (SplitColumns ? 0 : DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
-  static constexpr int kStatOffset = kDqOffset + kDqBuffers * kDqBytes;
+  static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
   static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
@@ -108,9 +117,12 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // with 4. 76-80 bytes of spills (64-query tiles: 48).
 template <>
 struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
-// Head dim 96 on d128's tiles (without atomic dQ: the two-pass backward, launch_hopper_backward).
+// Head dim 96 on d128's tiles, and head dim 256 on 64-key blocks with dK and dV split by columns
+// (both without atomic dQ: the two-pass backward, launch_hopper_backward).
 template <>
 struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
+template <>
+struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -127,7 +139,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
-  static_assert(!kAtomicDq || kDataD == D, "the dQ accumulator's rows are D wide");
+  static_assert(!kAtomicDq || (kDataD == D && !Cfg::kSplitColumns),
+                "the dQ accumulator's rows are D wide; split columns keep no dQ staging");
+  constexpr int kOwnCols = Cfg::kOwnCols;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
@@ -270,8 +284,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int qd = lane % 4;
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
   const float* stat = reinterpret_cast<const float*>(smem_raw + (sStat - raw_addr));
-  const uint32_t k_rows = sK + wg * 64 * 128;  // this warpgroup's 64 keys in each column block
-  const uint32_t v_rows = sV + wg * 64 * 128;
+  // This warpgroup's 64 keys in each column block, its first dK/dV column block, and its warps'
+  // first keys.
+  const uint32_t k_rows = sK + wg * Cfg::kWarpgroupKeys * 128;
+  const uint32_t v_rows = sV + wg * Cfg::kWarpgroupKeys * 128;
+  const uint32_t own_cols = Cfg::kSplitColumns ? wg * (kOwnCols / 64) * QTile::kBlockBytes : 0;
+  const int warp_key = Cfg::kSplitColumns ? (warp % 4) * 16 : warp * 16;
   // dQ = dS K for this warpgroup's 64 query rows dq_row0 .. and kDqCols columns dq_col0 ..: dS^T
   // read MN-major from that query block, K read MN-major from that column offset.
   const int dq_row0 = wg % Cfg::kDqRowBlocks * 64;
@@ -279,12 +297,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t ds_rows = sDs + (dq_row0 / 64) * DsTile::kBlockBytes;
   const uint32_t k_cols = sK + (dq_col0 / 64) * KvTile::kBlockBytes + (dq_col0 % 64) * 2;
 
-  float dk[kDataD / 2], dv[kDataD / 2];
+  float dk[kOwnCols / 2], dv[kOwnCols / 2];
 #pragma unroll
-  for (int i = 0; i < kDataD / 2; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < kOwnCols / 2; ++i) dk[i] = dv[i] = 0.f;
 
-  // Keys of this thread's accumulator rows warp * 16 + g + 8r, inside the sequence or not.
-  const int key0 = static_cast<int>(n0) + warp * 16 + g;
+  // Keys of this thread's accumulator rows n0 + warp_key + g + 8r, inside the sequence or not.
+  const int key0 = static_cast<int>(n0) + warp_key + g;
   const bool key_in[2] = {key0 < seq.k_len, key0 + 8 < seq.k_len};
   for (int it = 0; it < iters; ++it) {
     const int s = it % kStages;
@@ -325,7 +343,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     else wgmma_wait<1>();
     pin_registers(st);
 
-    // P^T, and with softcap dS^T; accumulator (row, column) = (key warp * 16 + g + 8 * (c / 2),
+    // P^T, and with softcap dS^T; accumulator (row, column) = (key warp_key + g + 8 * (c / 2),
     // query 8i + 2qd + c % 2).
     const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                                          p.window_right);
@@ -380,8 +398,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) {
-      Wgmma<T, kDataD>::template rs<1>(dv, pf[kk], gmma_desc(dob + kk * 2048, QTile::kBlockBytes, 1024), 1);
-      Wgmma<T, kDataD>::template rs<1>(dk, dsf[kk], gmma_desc(qb + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      Wgmma<T, kOwnCols>::template rs<1>(
+          dv, pf[kk], gmma_desc(dob + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      Wgmma<T, kOwnCols>::template rs<1>(
+          dk, dsf[kk], gmma_desc(qb + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
     }
     wgmma_commit();
     if constexpr (kAtomicDq) {
@@ -430,19 +450,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // dK and dV go out through shared memory (WarpRowsOut), in K and V's tiles once both compute
   // warpgroups are done with them (their last dQ product reads all of K; a warp's scratch spans
   // the other warpgroup's rows).
-  using RowsOut = WarpRowsOut<T, kDataD>;
+  using RowsOut = WarpRowsOut<T, kOwnCols>;
   static_assert(8 * RowsOut::kScratchBytes <= 2 * KvTile::kBytes, "K and V hold 8 warps' rows");
   named_barrier_sync(kDsReady, Cfg::kComputeThreads);
   const uint32_t scratch = sK + warp * RowsOut::kScratchBytes;
-  const int64_t row0 = n0 + warp * 16;
+  const int64_t row0 = n0 + warp_key;
+  const int col0 = Cfg::kSplitColumns ? wg * kOwnCols : 0;  // this warpgroup's first column
   const float dk_scale[2] = {p.softmax_scale, p.softmax_scale}, dv_scale[2] = {1.f, 1.f};
   RowsOut::store(dk, dk_scale, scratch,
                  static_cast<T*>(p.dk) + (seq.k_begin + row0) * p.dk_row_stride +
-                     hk * p.dk_head_stride,
+                     hk * p.dk_head_stride + col0,
                  p.dk_row_stride, seq.k_len - row0, lane);
   RowsOut::store(dv, dv_scale, scratch,
                  static_cast<T*>(p.dv) + (seq.k_begin + row0) * p.dv_row_stride +
-                     hk * p.dv_head_stride,
+                     hk * p.dv_head_stride + col0,
                  p.dv_row_stride, seq.k_len - row0, lane);
 #endif
 }
@@ -490,11 +511,11 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
 //   451.3 / 354.9;
 // - d64 (11:12 UTC, two rounds, the faster median): the two passes 182.4 / 275.8 / 315.2 / 233.6,
 //   atomic 162.3 / 239.6 / 273.7 / 207.5.
-// d96 runs the two passes only (on d128's tiles, which an atomic dQ accumulator of 96-float rows
-// would not match).
+// d96 and d256 run the two passes only (d96 on d128's tiles, which an atomic dQ accumulator of
+// 96-float rows would not match; d256's blocks keep no dQ staging).
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
-  constexpr bool kTwoPassesOnly = D == 64 || D == 96;
+  constexpr bool kTwoPassesOnly = D == 64 || D == 96 || D == 256;
   if (kTwoPassesOnly || p.deterministic) {
     float* delta = static_cast<float*>(workspace);
     launch_delta<T, D>(p, delta, nullptr, stream);
@@ -506,12 +527,13 @@ void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, c
     launch_hopper_backward_atomic_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
 }
 
-// The Hopper backward at head dim 96 is written but not yet run on a GPU: VARPACK_HOPPER_D96_BWD=1
-// selects it (scripts/gpu_run.sh runs the standalone test and racecheck with it) until it has been
-// checked and measured against the mma.sync backward; otherwise d96 runs the mma.sync backward.
-inline bool hopper_d96_backward_selected() {
+// The Hopper backward at head dims 96 and 256 is written but not yet run on a GPU:
+// VARPACK_HOPPER_WIDE_BWD=1 selects it (scripts/gpu_run.sh runs the standalone test, memcheck and
+// racecheck with it) until it has been checked and measured against the mma.sync backward, which
+// those head dims run otherwise.
+inline bool hopper_wide_backward_selected() {
   static const bool selected = [] {
-    const char* choice = std::getenv("VARPACK_HOPPER_D96_BWD");
+    const char* choice = std::getenv("VARPACK_HOPPER_WIDE_BWD");
     return choice != nullptr && std::strcmp(choice, "1") == 0;
   }();
   return selected;

@@ -33,8 +33,9 @@ namespace varpack::cuda {
 // BlockN keys per tile: S, dP (BlockN / 2 fp32 each per thread) and dQ (D / 2) live together, so
 // 64-key tiles at D = 128. DataD: the head dim in memory where it is not a multiple of 64 (as in
 // HopperForwardTile: D, the tiles' columns, is the next one up; the columns past DataD are zeros in
-// shared memory and left out of every product and of dQ).
-template <int D, int BlockN, int Stages, int DataD = D>
+// shared memory and left out of every product and of dQ). OutCols: dQ's columns staged at a time
+// (WarpRowsOut), fewer than DataD where shared memory is short.
+template <int D, int BlockN, int Stages, int DataD = D, int OutCols = DataD>
 struct HopperDqTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -48,7 +49,8 @@ struct HopperDqTile {
   static constexpr int kConsumerRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
-  static constexpr int kScratchBytes = 16 * (2 * DataD + 16);  // WarpRowsOut's, per consumer warp
+  static constexpr int kOutCols = OutCols;
+  static constexpr int kScratchBytes = 16 * (2 * OutCols + 16);  // WarpRowsOut's, per consumer warp
   // Q, dO, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
   static constexpr int kDoOffset = QTile::kBytes;
   static constexpr int kKOffset = 2 * QTile::kBytes;
@@ -57,6 +59,7 @@ struct HopperDqTile {
   static constexpr int kBarrierOffset = kOutOffset + 4 * kConsumers * kScratchBytes;
   static constexpr int kBarriers = 1 + 4 * Stages;  // Q and dO full; per stage K and V full/empty
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+  static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
 
 template <class T, class Cfg, bool kSoftcap>
@@ -205,18 +208,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // dQ += dS K: K read as the MN-major B operand ([key][d], as V in the forward's O += P V).
     pin_registers(dq);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint64_t dk = gmma_desc(ring.k_stage(t) + kk * 16 * 128, KvTile::kBlockBytes, 1024);
-      Wgmma<T, kDataD>::template rs<1>(dq, ds[kk], dk, 1);
-    }
+    wgmma_rs_mn_major<T, kDataD, KvTile>(dq, ds, ring.k_stage(t));
     wgmma_commit();
     wgmma_wait<0>();
     pin_registers(dq);
     ring.release_k(t, lane);
   }
 
-  using RowsOut = WarpRowsOut<T, kDataD>;
+  using RowsOut = WarpRowsOut<T, kDataD, Cfg::kOutCols>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const float scale[2] = {p.softmax_scale, p.softmax_scale};
   RowsOut::store(dq, scale, sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes,
@@ -227,11 +226,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// 64-key tiles at every head dim: at D = 128, 128-key tiles would need 64 + 64 + 64 accumulators
-// per thread for S, dP and dQ, beside dS (not yet measured against other shapes). d96 on d128's
-// tiles.
+// 64-key tiles at head dims up to 128: at D = 128, 128-key tiles would need 64 + 64 + 64
+// accumulators per thread for S, dP and dQ, beside dS (not yet measured against other shapes). d96
+// on d128's tiles. d256: 32-key tiles and dQ staged 64 columns at a time, so that Q, dO (64 KB
+// each) and two stages of K and V fit.
 template <int D>
-struct HopperDqConfig : HopperDqTile<(D + 63) / 64 * 64, 64, 2, D> {};
+struct HopperDqConfig
+    : std::conditional_t<D == 256, HopperDqTile<256, 32, 2, 256, 64>,
+                         HopperDqTile<(D + 63) / 64 * 64, 64, 2, D>> {};
 
 // The dQ pass over (query slot, head); delta: Delta (launch_delta).
 template <class T, class Cfg>

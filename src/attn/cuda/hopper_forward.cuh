@@ -223,22 +223,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
   };
-  // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group;
-  // above 128 columns, one product per 128 (the widest the instructions here are built for). Only
-  // the head dim's kDataD columns (96 of d128's tiles: the rest of O stays zero).
-  constexpr int kPvCols = kDataD < 128 ? kDataD : 128;
+  // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group,
+  // over the head dim's kDataD columns (96 of d128's tiles: the rest of O stays zero).
   auto issue_pv = [&](int g_all) {
-#pragma unroll
-    for (int part = 0; part < kDataD / kPvCols; ++part) {
-      float(&o_part)[kPvCols / 2] = *reinterpret_cast<float(*)[kPvCols / 2]>(&o[part * kPvCols / 2]);
-      // Columns [part * kPvCols, ...) of V start kPvCols / 64 column blocks in.
-      const uint32_t v_part = ring.v_stage(g_all) + part * (kPvCols / 64) * KvTile::kBlockBytes;
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint64_t dv = gmma_desc(v_part + kk * 16 * 128, KvTile::kBlockBytes, 1024);
-        Wgmma<T, kPvCols>::template rs<1>(o_part, pf[kk], dv, 1);
-      }
-    }
+    wgmma_rs_mn_major<T, kDataD, KvTile>(o, pf, ring.v_stage(g_all));
     wgmma_commit();
   };
   // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha

@@ -167,4 +167,26 @@ VARPACK_DEFINE_WGMMA_TYPE(__half, ".f16")
 #undef VARPACK_F16
 #undef VARPACK_F4
 
+// acc[:, 0 .. kCols) += A B for one warpgroup, issued (not committed): A from registers, one
+// fragment per k-step of 16 rows of B; B MN-major in a GmmaTile at `tile` whose rows are the
+// reduction dimension (V in O += P V, K in dQ += dS K). Above 128 columns, one product per 128
+// (the widest the instructions here are built for). acc may hold more columns than kCols (a head
+// dim held in a wider tile): those are left alone.
+template <class T, int kCols, class Tile, int kSteps, int N>
+__device__ __forceinline__ void wgmma_rs_mn_major(float (&acc)[N], const uint32_t (&a)[kSteps][4],
+                                                  uint32_t tile) {
+  constexpr int kPart = kCols < 128 ? kCols : 128;
+  static_assert(kCols % kPart == 0 && N >= kCols / 2, "whole products inside the accumulator");
+#pragma unroll
+  for (int part = 0; part < kCols / kPart; ++part) {
+    float(&acc_part)[kPart / 2] = *reinterpret_cast<float(*)[kPart / 2]>(&acc[part * kPart / 2]);
+    // Columns [part * kPart, ...) start kPart / 64 column blocks in.
+    const uint32_t b = tile + part * (kPart / 64) * Tile::kBlockBytes;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+      Wgmma<T, kPart>::template rs<1>(acc_part, a[kk],
+                                      gmma_desc(b + kk * 16 * 128, Tile::kBlockBytes, 1024), 1);
+  }
+}
+
 }  // namespace varpack::cuda
