@@ -2,7 +2,9 @@
 // is a "slot" in a list where sequence b owns slots [cu[b]/BLOCK + b, cu[b+1]/BLOCK + b + 1), which
 // is at least ceil(len_b/BLOCK) slots, so the grid size needs only host-known numbers
 // (total rows / BLOCK + batch) and at most one block per sequence finds nothing to do. Also the
-// ranges of key (or query) tiles that a query (or key) tile can see, from SequenceBounds.
+// ranges of key (or query) tiles that a query (or key) tile can see, from SequenceBounds. All of it
+// but find_slot (which reads blockIdx) compiles on the host too, where tests/attn/test_tile_bounds
+// checks it against brute force.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +30,9 @@ struct TileSlot {
 // the heavy blocks then start early and the light ones fill the tail of the launch.
 enum class TileOrder { kLastFirst, kFirstFirst };
 
+// Slot s of the list (find_slot: s = slots - 1 - blockIdx.x).
 template <int BLOCK, TileOrder kOrder>
-__device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
-                                              int64_t slots) {
-  const int64_t s = slots - 1 - static_cast<int64_t>(blockIdx.x);
+VARPACK_HOST_DEVICE TileSlot slot_tile(const int32_t* cu_seqlens, int64_t batch, int64_t s) {
   TileSlot t;
   if (batch <= 0) return t;
   // Largest b in [0, batch) with first_slot(b) <= s; first_slot is strictly increasing in b.
@@ -52,24 +53,29 @@ __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t
   return t;
 }
 
+#if defined(__CUDACC__)
+template <int BLOCK, TileOrder kOrder>
+__device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
+                                              int64_t slots) {
+  return slot_tile<BLOCK, kOrder>(cu_seqlens, batch,
+                                  slots - 1 - static_cast<int64_t>(blockIdx.x));
+}
+#endif
+
 // Keys [begin, end) that some query in [q0, q1) may see (q1 > q0, both inside the sequence):
 // key_begin and key_end are non-decreasing in the query index.
 struct Range {
   int64_t begin = 0, end = 0;
 };
 
-__host__ __device__ __forceinline__ Range keys_for_queries(const SequenceBounds& s, int64_t q0,
-                                                           int64_t q1, bool causal,
-                                                           int64_t window_left,
-                                                           int64_t window_right) {
+VARPACK_HOST_DEVICE Range keys_for_queries(const SequenceBounds& s, int64_t q0, int64_t q1,
+                                           bool causal, int64_t window_left, int64_t window_right) {
   return {s.key_begin(q0, window_left), s.key_end(q1 - 1, causal, window_right)};
 }
 
 // Queries [begin, end) that may see some key in [k0, k1): the inverse of key_begin/key_end.
-__host__ __device__ __forceinline__ Range queries_for_keys(const SequenceBounds& s, int64_t k0,
-                                                           int64_t k1, bool causal,
-                                                           int64_t window_left,
-                                                           int64_t window_right) {
+VARPACK_HOST_DEVICE Range queries_for_keys(const SequenceBounds& s, int64_t k0, int64_t k1,
+                                           bool causal, int64_t window_left, int64_t window_right) {
   const int64_t offset = s.k_len - s.q_len;  // query i sits at key position i + offset
   const int64_t right = causal ? 0 : window_right;
   Range r{0, s.q_len};
@@ -91,7 +97,7 @@ struct TileWalk {
   int count = 0;
 };
 
-__host__ __device__ __forceinline__ TileWalk tiles_over(Range r, int step) {
+VARPACK_HOST_DEVICE TileWalk tiles_over(Range r, int step) {
   TileWalk w;
   w.first = r.begin / step * step;
   w.count = r.end > w.first ? static_cast<int>((r.end - w.first + step - 1) / step) : 0;
@@ -109,7 +115,7 @@ struct BlockTile {
 // The query tile of kBM rows in `slot` (find_slot over cu_seqlens_q) and the kBN-key tiles it
 // sees. Params: AttentionParams or AttentionBackwardParams.
 template <int kBM, int kBN, class Params>
-__device__ __forceinline__ BlockTile query_tile(const Params& p, const TileSlot& slot) {
+VARPACK_HOST_DEVICE BlockTile query_tile(const Params& p, const TileSlot& slot) {
   BlockTile t;
   t.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   t.r0 = slot.block * kBM;
@@ -122,7 +128,7 @@ __device__ __forceinline__ BlockTile query_tile(const Params& p, const TileSlot&
 // The key tile of kBN rows in `slot` (find_slot over cu_seqlens_k) and the kBM-query tiles that
 // see it.
 template <int kBN, int kBM, class Params>
-__device__ __forceinline__ BlockTile key_tile(const Params& p, const TileSlot& slot) {
+VARPACK_HOST_DEVICE BlockTile key_tile(const Params& p, const TileSlot& slot) {
   BlockTile t;
   t.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
   t.r0 = slot.block * kBN;
@@ -140,10 +146,9 @@ struct RowVisibility {
   int begin = 0, end = 0;
 };
 
-__host__ __device__ __forceinline__ RowVisibility row_visibility(const SequenceBounds& s,
-                                                                 int64_t row, bool causal,
-                                                                 int64_t window_left,
-                                                                 int64_t window_right, int slack) {
+VARPACK_HOST_DEVICE RowVisibility row_visibility(const SequenceBounds& s, int64_t row, bool causal,
+                                                 int64_t window_left, int64_t window_right,
+                                                 int slack) {
   const int64_t diagonal = row + s.k_len - s.q_len;  // the row's own key position
   const int64_t right = causal ? 0 : window_right;
   const int64_t far = INT32_MAX - slack;
@@ -154,10 +159,9 @@ __host__ __device__ __forceinline__ RowVisibility row_visibility(const SequenceB
 }
 
 // True when every (query, key) pair of the tile is visible, so the kernels skip the mask.
-__host__ __device__ __forceinline__ bool tile_fully_visible(const SequenceBounds& s, int64_t q0,
-                                                            int64_t q1, int64_t k0, int64_t k1,
-                                                            bool causal, int64_t window_left,
-                                                            int64_t window_right) {
+VARPACK_HOST_DEVICE bool tile_fully_visible(const SequenceBounds& s, int64_t q0, int64_t q1,
+                                            int64_t k0, int64_t k1, bool causal,
+                                            int64_t window_left, int64_t window_right) {
   return q1 <= s.q_len && k1 <= s.k_len && s.key_begin(q1 - 1, window_left) <= k0 &&
          s.key_end(q0, causal, window_right) >= k1;
 }

@@ -1,0 +1,224 @@
+// The CUDA kernels' tile arithmetic (src/attn/cuda/tile_bounds.cuh), compiled for the host and
+// checked against brute force over every query and key, so that CI (no GPU) guards what keeps the
+// kernels inside their sequences: the grid's slots cover every tile of every sequence exactly once,
+// a tile's walk covers every (query, key) pair it must see and starts no tile past its sequence,
+// a thread's two-register visibility bounds agree with SequenceBounds, and the unmasked fast path
+// is taken only when every pair is visible. Lengths include 0, 1, tile edges and q != k; windows,
+// causal masking, and both together.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "attn/cuda/tile_bounds.cuh"
+
+namespace varpack::cuda {
+namespace {
+
+struct Mask {
+  bool causal;
+  int64_t window_left, window_right;
+};
+
+// The masks the kernels take: none, causal, one-sided and two-sided windows, causal + window.
+std::vector<Mask> masks() {
+  return {{false, -1, -1}, {true, -1, -1}, {false, 3, 5},  {false, 40, -1},
+          {false, -1, 7},  {true, 20, -1}, {false, 0, 0}, {true, 0, -1}};
+}
+
+std::vector<int32_t> cumulative(const std::vector<int32_t>& lens) {
+  std::vector<int32_t> cu{0};
+  for (int32_t l : lens) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+bool visible(const SequenceBounds& s, const Mask& m, int64_t i, int64_t j) {
+  return j >= s.key_begin(i, m.window_left) && j < s.key_end(i, m.causal, m.window_right);
+}
+
+SequenceBounds bounds(int64_t q_len, int64_t k_len) {
+  SequenceBounds s;
+  s.q_len = q_len;
+  s.k_len = k_len;
+  return s;
+}
+
+// Lengths around the tile edges and a few long ones, q and k alike or not.
+std::vector<std::pair<int64_t, int64_t>> length_pairs() {
+  const std::vector<int64_t> lens{0, 1, 2, 63, 64, 65, 127, 128, 129, 200, 300};
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (int64_t q : lens)
+    for (int64_t k : lens) pairs.push_back({q, k});
+  return pairs;
+}
+
+template <int BLOCK, TileOrder kOrder>
+void check_slots(const std::vector<int32_t>& lens) {
+  const std::vector<int32_t> cu = cumulative(lens);
+  const auto batch = static_cast<int64_t>(lens.size());
+  const int64_t slots = slot_count(cu.back(), batch, BLOCK);
+  std::set<std::pair<int64_t, int64_t>> seen;
+  // Blocks run in blockIdx order, which visits slots last-first (find_slot).
+  std::vector<int64_t> previous(lens.size(), -1);
+  for (int64_t x = 0; x < slots; ++x) {
+    const TileSlot t = slot_tile<BLOCK, kOrder>(cu.data(), batch, slots - 1 - x);
+    if (!t.valid) continue;
+    ASSERT_GE(t.b, 0);
+    ASSERT_LT(t.b, batch);
+    const int64_t tiles = (lens[t.b] + BLOCK - 1) / BLOCK;
+    ASSERT_GE(t.block, 0) << "sequence " << t.b;
+    ASSERT_LT(t.block, tiles) << "sequence " << t.b;
+    EXPECT_TRUE(seen.insert({t.b, t.block}).second) << "tile " << t.block << " of sequence " << t.b
+                                                    << " twice";
+    // Inside a sequence the heavy end comes first: the last tile (kLastFirst) or the first.
+    if (previous[t.b] >= 0) {
+      if (kOrder == TileOrder::kLastFirst) {
+        EXPECT_LT(t.block, previous[t.b]);
+      } else {
+        EXPECT_GT(t.block, previous[t.b]);
+      }
+    }
+    previous[t.b] = t.block;
+  }
+  size_t expected = 0;
+  for (int32_t l : lens) expected += static_cast<size_t>((l + BLOCK - 1) / BLOCK);
+  EXPECT_EQ(seen.size(), expected) << "slot_count leaves tiles without a block";
+}
+
+TEST(TileBounds, SlotsCoverEveryTileOnce) {
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> batches{
+      {}, {0}, {1}, {64}, {65}, {0, 0, 0}, {127, 128, 129, 0, 1, 64, 63, 65}, {5000, 1, 0, 3}};
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<int32_t> lens(1 + rng() % 20);
+    for (int32_t& l : lens) l = static_cast<int32_t>(rng() % 3 == 0 ? rng() % 3 : rng() % 700);
+    batches.push_back(lens);
+  }
+  for (const auto& lens : batches) {
+    check_slots<64, TileOrder::kLastFirst>(lens);
+    check_slots<128, TileOrder::kLastFirst>(lens);
+    check_slots<128, TileOrder::kFirstFirst>(lens);
+    check_slots<192, TileOrder::kFirstFirst>(lens);
+  }
+}
+
+// For each tile of `block` rows out of `rows`: the tiles of `step` that it walks over the other
+// side (of `others`) hold every one that a row of the tile must see, and none starts at or past
+// the sequence's end (the kernels read a partial last tile with zero fill, but never a tile wholly
+// past the end). range_of(r0, r1): the walk's range; sees(row, other): brute force.
+template <class RangeOf, class Sees>
+void check_walks(int64_t rows, int64_t others, int block, int step, RangeOf range_of, Sees sees) {
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t r1 = std::min(r0 + block, rows);
+    const TileWalk w = tiles_over(range_of(r0, r1), step);
+    ASSERT_GE(w.first, 0);
+    if (w.count > 0) {
+      ASSERT_LT(w.first + static_cast<int64_t>(w.count - 1) * step, others);
+    }
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t o = 0; o < others; ++o)
+        if (sees(r, o)) {
+          ASSERT_TRUE(o >= w.first && o < w.first + static_cast<int64_t>(w.count) * step)
+              << "row " << r << " sees " << o << " outside its walk";
+        }
+  }
+}
+
+// Query tiles over keys (the forward and the dQ passes) and key tiles over queries (dK/dV), in
+// the kernels' shapes.
+TEST(TileBounds, WalksCoverWhatTheirTilesSee) {
+  const std::vector<std::pair<int, int>> kTileShapes{{128, 128}, {128, 64}, {64, 32}, {64, 64}};
+  for (const auto& [q_len, k_len] : length_pairs())
+    for (const Mask& m : masks())
+      for (const auto& [rows, step] : kTileShapes) {
+        SCOPED_TRACE(testing::Message() << "q " << q_len << " k " << k_len << " causal "
+                                        << m.causal << " window " << m.window_left << ","
+                                        << m.window_right << " tiles " << rows << "x" << step);
+        const SequenceBounds s = bounds(q_len, k_len);
+        check_walks(
+            q_len, k_len, rows, step,
+            [&](int64_t q0, int64_t q1) {
+              return keys_for_queries(s, q0, q1, m.causal, m.window_left, m.window_right);
+            },
+            [&](int64_t i, int64_t j) { return visible(s, m, i, j); });
+        check_walks(
+            k_len, q_len, rows, step,
+            [&](int64_t k0, int64_t k1) {
+              return queries_for_keys(s, k0, k1, m.causal, m.window_left, m.window_right);
+            },
+            [&](int64_t j, int64_t i) { return visible(s, m, i, j); });
+      }
+}
+
+// query_tile / key_tile: a block's rows and walk, as the kernels take them from a slot.
+TEST(TileBounds, BlockTilesOfASlot) {
+  struct Params {
+    const int32_t* cu_seqlens_q;
+    const int32_t* cu_seqlens_k;
+    bool causal;
+    int64_t window_left, window_right;
+  };
+  const std::vector<int32_t> q_lens{300, 0, 129, 1}, k_lens{337, 5, 129, 40};
+  const std::vector<int32_t> cu_q = cumulative(q_lens), cu_k = cumulative(k_lens);
+  const Params p{cu_q.data(), cu_k.data(), true, -1, -1};
+  TileSlot slot;
+  slot.b = 0;
+  slot.block = 2;  // queries 256 .. 299 of sequence 0
+  const BlockTile q = query_tile<128, 64>(p, slot);
+  EXPECT_EQ(q.seq.q_begin, 0);
+  EXPECT_EQ(q.r0, 256);
+  EXPECT_EQ(q.r1, 300);
+  EXPECT_EQ(q.walk.first, 0);
+  EXPECT_EQ(q.walk.count, 6);  // keys 0 .. 336 (query 299 sits at key 336)
+  slot.b = 2;
+  slot.block = 1;  // keys 128 of sequence 2, seen by query 128 only
+  const BlockTile k = key_tile<128, 64>(p, slot);
+  EXPECT_EQ(k.seq.k_begin, 342);
+  EXPECT_EQ(k.r0, 128);
+  EXPECT_EQ(k.r1, 129);
+  EXPECT_EQ(k.walk.first, 128);
+  EXPECT_EQ(k.walk.count, 1);
+}
+
+// row_visibility's two bounds for rows row .. row + slack agree with key_begin / key_end.
+TEST(TileBounds, RowVisibilityMatchesSequenceBounds) {
+  for (const auto& [q_len, k_len] : length_pairs())
+    for (const Mask& m : masks()) {
+      const SequenceBounds s = bounds(q_len, k_len);
+      for (int64_t row = 0; row < q_len; row += 8) {
+        const int slack = 32;
+        const RowVisibility v =
+            row_visibility(s, row, m.causal, m.window_left, m.window_right, slack);
+        for (int delta = 0; delta <= slack && row + delta < q_len; ++delta)
+          for (int64_t j = 0; j < k_len; ++j)
+            ASSERT_EQ(j >= v.begin + delta && j < v.end + delta, visible(s, m, row + delta, j))
+                << "q " << q_len << " k " << k_len << " row " << row + delta << " key " << j;
+      }
+    }
+}
+
+// The unmasked path: taken exactly when every pair of the tile is visible.
+TEST(TileBounds, FullyVisibleTilesNeedNoMask) {
+  for (const auto& [q_len, k_len] : length_pairs())
+    for (const Mask& m : masks()) {
+      const SequenceBounds s = bounds(q_len, k_len);
+      for (int64_t q0 = 0; q0 < q_len; q0 += 64)
+        for (int64_t k0 = 0; k0 < k_len; k0 += 64) {
+          const int64_t q1 = q0 + 64, k1 = k0 + 64;  // whole tiles, past the end where partial
+          bool all = q1 <= q_len && k1 <= k_len;
+          for (int64_t i = q0; all && i < q1; ++i)
+            for (int64_t j = k0; all && j < k1; ++j) all = visible(s, m, i, j);
+          ASSERT_EQ(tile_fully_visible(s, q0, q1, k0, k1, m.causal, m.window_left,
+                                       m.window_right),
+                    all)
+              << "q " << q_len << " k " << k_len << " tile " << q0 << "," << k0;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace varpack::cuda
