@@ -9,8 +9,7 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
-#   4 heads per forward block, with the candidate Hopper d96/d256 backward (VARPACK_HOPPER_WIDE_BWD=1),
-#   then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments;
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
@@ -72,8 +71,7 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
-    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
-    VARPACK_HOPPER_WIDE_BWD=1 step tests.log standalone_wide_bwd 120 build-gpu/test_attention_cuda
+    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
@@ -114,12 +112,12 @@ if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
     --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2
   VARPACK_HEADS_PER_BLOCK=4 step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer \
     --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 1
-  # The candidate Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck
-  # on 28-34 (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck
-  # on 21-23 (d96 causal GQA, d256 with and without causal masking).
-  VARPACK_HOPPER_WIDE_BWD=1 step tests.log memcheck_wide_bwd "${SANITIZE_S:-120}" \
+  # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 28-34
+  # (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck on 21-23
+  # (d96 causal GQA, d256 with and without causal masking).
+  step tests.log memcheck_d96_d256 "${SANITIZE_S:-120}" \
     compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 7 28
-  VARPACK_HOPPER_WIDE_BWD=1 step tests.log racecheck_wide_bwd "${SANITIZE_S:-150}" \
+  step tests.log racecheck_d96_d256 "${SANITIZE_S:-150}" \
     compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3 21
 fi
 

@@ -22,16 +22,19 @@ void check_attention_params_cuda(const AttentionParams& params);
 // are not written.
 void attention_forward_cuda(const AttentionParams& params, cudaStream_t stream);
 
-// Bytes of device workspace attention_backward_cuda needs for these params: fp32 per query row and
-// head, plus with deterministic == false an fp32 dQ accumulator (4 * total_q * heads * head_dim).
+// Bytes of device workspace attention_backward_cuda needs for these params on the current device:
+// fp32 per query row and head, plus with deterministic == false an fp32 dQ accumulator
+// (4 * total_q * heads * head_dim), except on Hopper at head dims 64, 96 and 256 (their backward
+// computes dQ in a pass of its own there, without atomics, in both modes).
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& params);
 
 // dq, dk, dv for every row in a sequence; rows past cu_seqlens[batch] are not written.
 // deterministic == true: no atomics, bit-identical results run to run (7 matrix products per tile
 // pair). deterministic == false (FlashAttention-2's default): dQ is summed over key tiles with fp32
-// atomics (5 products per tile pair, faster); dq may then differ in its last bits between runs,
-// dk and dv do not. `workspace` must hold attention_backward_workspace_bytes_cuda(params) bytes,
-// 16-byte aligned, computed with the same `deterministic`.
+// atomics (5 products per tile pair, faster; not at the head dims above on Hopper); dq may then
+// differ in its last bits between runs, dk and dv do not. `workspace` must hold
+// attention_backward_workspace_bytes_cuda(params) bytes, 16-byte aligned, computed with the same
+// `deterministic` on the same device.
 void attention_backward_cuda(const AttentionBackwardParams& params, void* workspace,
                              cudaStream_t stream);
 

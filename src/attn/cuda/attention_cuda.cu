@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 #include "varpack/attention_cuda.h"
 #include "varpack/error.h"
@@ -71,8 +72,11 @@ void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
 }
 
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& p) {
-  // Delta = rowsum(dO * O), fp32 [heads, total_q]; the atomic mode adds its fp32 dQ accumulator.
-  if (p.deterministic) return cuda::delta_workspace_bytes(p);
+  // Delta = rowsum(dO * O), fp32 [heads, total_q]; the atomic mode adds its fp32 dQ accumulator
+  // (dQ's size in fp32, 268 MB at 64k tokens x 16 heads x 64) where its kernels use one.
+  const bool two_passes = p.deterministic || (cuda::use_hopper_kernels() &&
+                                              cuda::hopper_backward_two_passes_only(p.head_dim));
+  if (two_passes) return cuda::delta_workspace_bytes(p);
   return cuda::delta_workspace_bytes(p) + cuda::dq_accum_workspace_bytes(p);
 }
 

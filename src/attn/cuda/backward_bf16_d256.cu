@@ -1,6 +1,5 @@
-// Backward kernel instance: bf16, head dim 256; the sm_80 kernels in both modes, or on Hopper with
-// VARPACK_HOPPER_WIDE_BWD=1 the Hopper two-pass backward (with dK/dV split by columns; not yet run
-// on a GPU).
+// Backward kernel instance: bf16, head dim 256; the Hopper two-pass backward (dK/dV split by columns)
+// where it serves the device, else the sm_80 kernels in both modes.
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/hopper_backward.cuh"
 #include "attn/cuda/hopper_path.h"
@@ -11,7 +10,7 @@ namespace varpack::cuda {
 template <>
 void run_backward<__nv_bfloat16, 256>(const AttentionBackwardParams& params, void* workspace,
                                       cudaStream_t stream) {
-  if (use_hopper_kernels() && hopper_wide_backward_selected())
+  if (use_hopper_kernels())
     launch_hopper_backward<__nv_bfloat16, 256>(params, workspace, stream);
   else launch_backward<__nv_bfloat16, 256>(params, workspace, stream);
 }

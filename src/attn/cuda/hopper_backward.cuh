@@ -21,13 +21,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/hopper_dq.cuh"
+#include "attn/cuda/hopper_path.h"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
@@ -511,11 +510,15 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
 //   451.3 / 354.9;
 // - d64 (11:12 UTC, two rounds, the faster median): the two passes 182.4 / 275.8 / 315.2 / 233.6,
 //   atomic 162.3 / 239.6 / 273.7 / 207.5.
+// - d96 (12:20 UTC): the two passes 216.9 / 316.1 / 361.0 / 286.7, the mma.sync atomic backward
+//   143.0 / 182.4 / 199.6 / 166.0;
+// - d256 (12:20 UTC): the two passes 230.9 / 299.2 / 329.4 / 294.3, the mma.sync atomic backward
+//   113.4 / 138.9 / 148.4 / 129.9.
 // d96 and d256 run the two passes only (d96 on d128's tiles, which an atomic dQ accumulator of
 // 96-float rows would not match; d256's blocks keep no dQ staging).
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
-  constexpr bool kTwoPassesOnly = D == 64 || D == 96 || D == 256;
+  constexpr bool kTwoPassesOnly = hopper_backward_two_passes_only(D);
   if (kTwoPassesOnly || p.deterministic) {
     float* delta = static_cast<float*>(workspace);
     launch_delta<T, D>(p, delta, nullptr, stream);
@@ -525,18 +528,6 @@ void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, c
   }
   if constexpr (!kTwoPassesOnly)
     launch_hopper_backward_atomic_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
-}
-
-// The Hopper backward at head dims 96 and 256 is written but not yet run on a GPU:
-// VARPACK_HOPPER_WIDE_BWD=1 selects it (scripts/gpu_run.sh runs the standalone test, memcheck and
-// racecheck with it) until it has been checked and measured against the mma.sync backward, which
-// those head dims run otherwise.
-inline bool hopper_wide_backward_selected() {
-  static const bool selected = [] {
-    const char* choice = std::getenv("VARPACK_HOPPER_WIDE_BWD");
-    return choice != nullptr && std::strcmp(choice, "1") == 0;
-  }();
-  return selected;
 }
 
 }  // namespace varpack::cuda
