@@ -22,31 +22,6 @@
 #include "bench_problem.h"
 #include "check_cuda.h"
 
-namespace {
-
-// Lengths of `rows` rows of `row` tokens drawn uniformly around the mean (seeded), then nudged one
-// token at a time until they fill exactly round(rows * row * (1 - rate)) tokens.
-std::vector<int32_t> padded_rows(int rows, int row, double rate, unsigned seed) {
-  std::mt19937 rng(seed);
-  const double mean = row * (1 - rate);
-  std::uniform_real_distribution<double> u(std::max(1.0, 2 * mean - row), std::min<double>(row, 2 * mean));
-  std::vector<int32_t> lens;
-  for (int i = 0; i < rows; ++i) lens.push_back(static_cast<int32_t>(std::lround(u(rng))));
-  const int64_t target = std::llround(static_cast<double>(rows) * row * (1 - rate));
-  int64_t total = std::accumulate(lens.begin(), lens.end(), int64_t{0});
-  for (size_t i = 0; total != target; ++i) {
-    const int32_t step = total < target ? 1 : -1;
-    int32_t& len = lens[i % lens.size()];
-    if (len + step >= 1 && len + step <= row) {
-      len += step;
-      total += step;
-    }
-  }
-  return lens;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 20;
   const int heads = 16, d = 128;
@@ -59,7 +34,7 @@ int main(int argc, char** argv) {
                             {"4 x 16k", std::vector<int32_t>(4, 16384)}};
   for (double rate : {0.03, 0.10, 0.25, 0.50, 0.75, 0.90})
     points.push_back({"16x4096 pad " + std::to_string(static_cast<int>(rate * 100)) + "%",
-                      padded_rows(16, 4096, rate, 7)});
+                      varpack::bench::padded_rows(16, 4096, rate, 7)});
 
   const int64_t max_rows = 65536;
   const varpack::bench::BenchProblem problem(heads, d, max_rows);

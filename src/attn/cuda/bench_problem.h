@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -38,6 +39,28 @@ inline float median_ms(const std::function<void()>& f, int repeats) {
   CHECK_CUDA(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Lengths of `rows` rows of `row` tokens drawn uniformly around the mean (seeded), then nudged one
+// token at a time until they fill exactly round(rows * row * (1 - rate)) tokens.
+inline std::vector<int32_t> padded_rows(int rows, int row, double rate, unsigned seed) {
+  std::mt19937 rng(seed);
+  const double mean = row * (1 - rate);
+  std::uniform_real_distribution<double> u(std::max(1.0, 2 * mean - row),
+                                           std::min<double>(row, 2 * mean));
+  std::vector<int32_t> lens;
+  for (int i = 0; i < rows; ++i) lens.push_back(static_cast<int32_t>(std::lround(u(rng))));
+  const int64_t target = std::llround(static_cast<double>(rows) * row * (1 - rate));
+  int64_t total = std::accumulate(lens.begin(), lens.end(), int64_t{0});
+  for (size_t i = 0; total != target; ++i) {
+    const int32_t step = total < target ? 1 : -1;
+    int32_t& len = lens[i % lens.size()];
+    if (len + step >= 1 && len + step <= row) {
+      len += step;
+      total += step;
+    }
+  }
+  return lens;
 }
 
 // bf16 tensors [rows, heads, head_dim] (no GQA) and room for up to 1023 sequences' cu_seqlens.

@@ -62,6 +62,73 @@ __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t
 }
 #endif
 
+// The order a launch's blocks take their work in, as a function of the block's linear index, so
+// that the hardware, which starts blocks in index order as multiprocessors free up, schedules
+// them. A block's work is a range of consecutive tiles of one sequence for one group of heads.
+// - By sequence (ranks == 0): index = head_group * slots + x, slot slots - 1 - x (find_slot's order):
+//   sequences last-first, inside a sequence the heavy end first. The last blocks of the launch can
+//   then be a sequence's heaviest, which leaves a tail where few multiprocessors work.
+// - By rank (ranks > 0, the tiles of the longest sequence as the host knows it): index = (rank *
+//   head_groups + head_group) * batch + b. Rank r holds every sequence's tile of the r-th heaviest
+//   position: under causal masking the work of query tile k grows with k (kLastFirst: rank r =
+//   tile ranks - 1 - r) and that of key tile k with its distance from the end (kFirstFirst: tile
+//   tiles - ranks + r), so the launch runs heaviest first over all sequences and heads and its
+//   tail holds the lightest blocks. Blocks whose sequence has no tile at their rank find nothing
+//   to do. The host's count of ranks only steers the order: a sequence with more tiles than that
+//   (max_seqlen understated) has its extra heavy tiles done by its rank-0 block, one after the
+//   other, so no tile is ever left out.
+struct LaunchOrder {
+  int64_t batch = 0;
+  int64_t slots = 0;  // slot_count(...): the by-sequence order's blocks per head group
+  int head_groups = 1;
+  int ranks = 0;      // > 0: the by-rank order
+
+  VARPACK_HOST_DEVICE int64_t blocks() const {
+    return (ranks > 0 ? static_cast<int64_t>(ranks) * batch : slots) * head_groups;
+  }
+};
+
+// Tiles [first, end) of sequence b for head group head_group (valid: there is work).
+struct BlockWork {
+  int64_t b = 0;
+  int64_t first = 0, end = 0;
+  int head_group = 0;
+  bool valid = false;
+};
+
+template <int BLOCK, TileOrder kOrder>
+VARPACK_HOST_DEVICE BlockWork block_work(const int32_t* cu_seqlens, const LaunchOrder& order,
+                                         int64_t index) {
+  BlockWork w;
+  if (order.ranks <= 0) {
+    w.head_group = static_cast<int>(index / order.slots);
+    const TileSlot t =
+        slot_tile<BLOCK, kOrder>(cu_seqlens, order.batch, order.slots - 1 - index % order.slots);
+    w.b = t.b;
+    w.first = t.block;
+    w.end = t.block + 1;
+    w.valid = t.valid;
+    return w;
+  }
+  const int64_t per_rank = static_cast<int64_t>(order.head_groups) * order.batch;
+  const int64_t rank = index / per_rank;
+  w.head_group = static_cast<int>(index % per_rank / order.batch);
+  w.b = index % order.batch;
+  const int64_t tiles =
+      (static_cast<int64_t>(cu_seqlens[w.b + 1]) - cu_seqlens[w.b] + BLOCK - 1) / BLOCK;
+  if (kOrder == TileOrder::kLastFirst) {
+    w.first = order.ranks - 1 - rank;
+    w.end = rank == 0 && tiles > order.ranks ? tiles : w.first + 1;
+    w.valid = w.first < tiles;
+  } else {
+    w.first = tiles - order.ranks + rank;
+    w.end = w.first + 1;
+    if (rank == 0 && w.first > 0) w.first = 0;
+    w.valid = w.end > 0;
+  }
+  return w;
+}
+
 // Keys [begin, end) that some query in [q0, q1) may see (q1 > q0, both inside the sequence):
 // key_begin and key_end are non-decreasing in the query index.
 struct Range {

@@ -3,7 +3,7 @@
 // mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64, 256 and 96,
 // causal), and checks each against the first of its kind at its head dim (max |difference|), so
 // that a shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
-// Run: ./tile_shapes [repeats]
+// Run: ./tile_shapes [repeats [head dim...]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -60,17 +60,24 @@ struct Variant {
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 10;
+  // The head dims to time (all four unless listed: ./tile_shapes 10 128 64).
+  std::vector<int> head_dims;
+  for (int i = 2; i < argc; ++i) head_dims.push_back(std::atoi(argv[i]));
+  if (head_dims.empty()) head_dims = {128, 64, 256, 96};
   const int heads = 16;
   // The mma.sync shapes were settled on 2026-11-30 (see ForwardConfig / DkdvConfig / DqConfig);
   // their library shapes stay here as the baseline of the Hopper (wgmma) shapes. Each variant runs
   // at its head dim and is checked against the first of its kind there.
   std::vector<Variant> variants{
       {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
-      {"wgmma fwd pp (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
-      {"wgmma fwd no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr); }, true, 128},
-      {"wgmma fwd pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
-      {"wgmma fwd no pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, false, 24, 240>>(p, nullptr, 1); }, true, 128},
-      {"wgmma fwd pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
+      // The forward's launch orders (LaunchOrder): the library's choice (by rank where it applies),
+      // by sequence, and each with 1 and 4 heads per block.
+      {"wgmma fwd (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
+      {"wgmma fwd by sequence", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 0, ForwardOrder::kBySequence); }, true, 128},
+      {"wgmma fwd 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
+      {"wgmma fwd 1 head/block by sequence", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1, ForwardOrder::kBySequence); }, true, 128},
+      {"wgmma fwd 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
+      {"wgmma fwd 4 heads/block by sequence", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kBySequence); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
@@ -107,7 +114,9 @@ int main(int argc, char** argv) {
   std::vector<Point> points{{"64x1k", std::vector<int32_t>(64, 1024)},
                             {"16x4k", std::vector<int32_t>(16, 4096)},
                             {"4x16k", std::vector<int32_t>(4, 16384)},
-                            {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}}};
+                            {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}},
+                            {"pad3%", bench::padded_rows(16, 4096, 0.03, 7)},
+                            {"pad25%", bench::padded_rows(16, 4096, 0.25, 7)}};
   const int64_t rows = 65536;
   void* ws;
   {
@@ -120,7 +129,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
-  for (const int d : {128, 64, 256, 96}) {
+  for (const int d : head_dims) {
     const bench::BenchProblem problem(heads, d, rows);
     for (const Point& pt : points) {
       double flops = 0;
