@@ -9,13 +9,14 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
-#   4 heads per forward block in rank order, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments
 #   (TUNE_DIMS="128 64": those head dims only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
-#   16 x 4k; 0 = 64 x 1k), with per-instruction stall samples of the backward in
-#   ncu_backward_sass.csv;
+#   16 x 4k; 0 = 64 x 1k; PROFILE_KERNELS: which, default the forward, the backward and its two
+#   row passes), with per-instruction stall samples of the backward in ncu_backward_sass.csv and
+#   of the forward in ncu_forward_sass.csv;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
 #   the standalone library, test and benchmark alone, the quickest full check of the kernels.
 #   SANITIZE_S=60 caps each sanitizer step at 60 s (default 120 and 150).
@@ -72,8 +73,7 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
-    VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=rank step tests.log standalone_4heads_rank 120 \
-      build-gpu/test_attention_cuda
+    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
@@ -85,7 +85,7 @@ fi
 if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
   # The backward's two row passes too: at short sequences they are a large part of its time.
   # delta_kernel runs 6 times in the deterministic mode first (3 warm-up + 3 timed calls).
-  for kernel in hopper_forward_kernel hopper_backward_kernel delta_kernel dq_convert_kernel; do
+  for kernel in ${PROFILE_KERNELS:-hopper_forward_kernel hopper_backward_kernel delta_kernel dq_convert_kernel}; do
     skip=2
     [ $kernel = delta_kernel ] && skip=8
     step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
@@ -99,6 +99,9 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
   [ -f /tmp/ncu_hopper_backward_kernel.ncu-rep ] &&
     ncu -i /tmp/ncu_hopper_backward_kernel.ncu-rep --page source --csv --print-source sass \
       >"$out/ncu_backward_sass.csv" 2>&1
+  [ -f /tmp/ncu_hopper_forward_kernel.ncu-rep ] &&
+    ncu -i /tmp/ncu_hopper_forward_kernel.ncu-rep --page source --csv --print-source sass \
+      >"$out/ncu_forward_sass.csv" 2>&1
 fi
 if [[ $want == *" bench "* ]]; then
   [ -x build-gpu/bench_attention_cuda ] &&
@@ -108,22 +111,20 @@ if [[ $want == *" bench "* ]]; then
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
 fi
 # Each small case runs both backward modes, so the atomic path is sanitized too; the Hopper forward
-# runs several heads per block (its head-to-head hand-over is where a race would be), by rank, and
-# cases 1-2 understate max_seqlen_q (a block then takes several query tiles) or leave it unknown.
+# runs several heads per block (its head-to-head hand-over is where a race would be); case 1 leaves
+# max_seqlen unknown to the kernels.
 if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
-  export VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=rank
-  step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer \
-    --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
-  step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer \
-    --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2
-  unset VARPACK_HEADS_PER_BLOCK VARPACK_LAUNCH_ORDER
-  # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 30-36
-  # (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck on 23-25
+  VARPACK_HEADS_PER_BLOCK=4 step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer \
+    --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2
+  VARPACK_HEADS_PER_BLOCK=4 step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer \
+    --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 1
+  # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 29-35
+  # (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck on 22-24
   # (d96 causal MQA, d256 with and without causal masking).
   step tests.log memcheck_d96_d256 "${SANITIZE_S:-120}" \
-    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 7 30
+    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 7 29
   step tests.log racecheck_d96_d256 "${SANITIZE_S:-150}" \
-    compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3 23
+    compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3 22
 fi
 
 echo "==== logs in $out"

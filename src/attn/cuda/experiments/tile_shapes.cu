@@ -70,14 +70,9 @@ int main(int argc, char** argv) {
   // at its head dim and is checked against the first of its kind there.
   std::vector<Variant> variants{
       {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
-      // The forward's launch orders (LaunchOrder): the library's choice (by rank where it applies),
-      // by sequence, and each with 1 and 4 heads per block.
-      {"wgmma fwd (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
-      {"wgmma fwd by sequence", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 0, ForwardOrder::kBySequence); }, true, 128},
-      {"wgmma fwd 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
-      {"wgmma fwd 1 head/block by sequence", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1, ForwardOrder::kBySequence); }, true, 128},
-      {"wgmma fwd 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
-      {"wgmma fwd 4 heads/block by sequence", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kBySequence); }, true, 128},
+      {"wgmma fwd pp (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
+      {"wgmma fwd pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
+      {"wgmma fwd pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
