@@ -9,7 +9,8 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
-#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest; bench: both benchmarks (the standalone
+#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both
+#   paths); bench: both benchmarks (the standalone
 #   one on both kernel paths); sanitize: compute-sanitizer memcheck and racecheck on small cases
 #   (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments
 #   (TUNE_DIMS="128 64": those head dims only);
@@ -77,7 +78,9 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_attention_cuda ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
-    tests/python/test_cuda_attention.py
+    tests/python/test_cuda_attention.py &&
+    VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 python3 -m \
+      pytest -q -ra tests/python/test_cuda_attention.py
 fi
 if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
   step bench.log tile_shapes 330 build-gpu/tile_shapes 10 ${TUNE_DIMS:-}

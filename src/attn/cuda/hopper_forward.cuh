@@ -30,6 +30,7 @@
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
 #include "attn/cuda/warp_rows_out.cuh"
+#include "attn/cuda/warp_rows_tma_out.cuh"
 #include "attn/cuda/wgmma.cuh"
 #include "varpack/attention.h"
 
@@ -38,9 +39,10 @@ namespace varpack::cuda {
 // OutCols: the output columns staged at a time (WarpRowsOut), fewer than D where shared memory is
 // short. DataD: the head dim in memory, where it is not a multiple of 64: D (the tiles' columns,
 // whole 64-column blocks) is the next one up, and the columns past DataD are zeros in shared memory
-// and left out of S = Q K^T's reduction and of the output.
+// and left out of S = Q K^T's reduction and of the output. TmaStore: the output goes out by the
+// TMA unit where a warp's 16 rows are all inside the sequence (WarpRowsTmaOut; an experiment).
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
-          int ConsumerRegisters, int OutCols = D, int DataD = D>
+          int ConsumerRegisters, int OutCols = D, int DataD = D, bool TmaStore = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -58,7 +60,9 @@ struct HopperForwardTile {
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
   static constexpr int kOutCols = OutCols;
-  static constexpr int kScratchBytes = 16 * (2 * OutCols + 16);  // WarpRowsOut's, per consumer warp
+  static constexpr bool kTmaStore = TmaStore;
+  // Per consumer warp: WarpRowsTmaOut's boxes (1024-byte aligned) or WarpRowsOut's padded rows.
+  static constexpr int kScratchBytes = TmaStore ? OutCols / 64 * 2048 : 16 * (2 * OutCols + 16);
   // Q, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -107,7 +111,8 @@ struct HopperForwardConfig
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
-                          const __grid_constant__ CUtensorMap v_map, int64_t slots,
+                          const __grid_constant__ CUtensorMap v_map,
+                          const __grid_constant__ CUtensorMap out_map, int64_t slots,
                           int heads_per_block) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
@@ -183,7 +188,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols, kDataD>;
+  using RowsOut = std::conditional_t<Cfg::kTmaStore, WarpRowsTmaOut<T, D, Cfg::kOutCols, kDataD>,
+                                     WarpRowsOut<T, D, Cfg::kOutCols, kDataD>>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
   // Visibility of keys from this thread's rows warp_row + g + 8 * r.
@@ -352,11 +358,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         p.lse[h * p.lse_head_stride + seq.q_begin + row] =
             sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
     }
-    RowsOut::store(o, inv, scratch,
-                   static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
-                       h * p.out_head_stride,
-                   p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+    T* const out_rows = static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+                        h * p.out_head_stride;
+    if constexpr (Cfg::kTmaStore)
+      RowsOut::store(o, inv, scratch, out_map, h, seq.q_begin + m0 + warp_row, out_rows,
+                     p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+    else
+      RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row, lane);
   }
+  if constexpr (Cfg::kTmaStore) RowsOut::drain(lane);
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }
@@ -428,8 +438,13 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
                                           p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
+  // 16 rows per box: one consumer warp's rows.
+  const CUtensorMap out_map =
+      Cfg::kTmaStore ? head_tile_map(p.out, kBf16, p.total_q, p.heads, Cfg::kDataD,
+                                     p.out_row_stride, p.out_head_stride, 16)
+                     : CUtensorMap{};
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / heads_per_block));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots,
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, out_map, slots,
                                                            heads_per_block);
   check_launch("the Hopper forward kernel");
 }
