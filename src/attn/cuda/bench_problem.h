@@ -41,6 +41,42 @@ inline float median_ms(const std::function<void()>& f, int repeats) {
   return t[t.size() / 2];
 }
 
+// Median time of `repeats` calls of each of fs, in ms, the calls interleaved: repeat r times one
+// call of each, starting at fs[r % n], so that every variant runs as often after every other and
+// at every stage of the run. Timed one after the other instead, identical launches differed by up
+// to 10% with their place in the list (tile_shapes on the H200, 2026-12-01: the first Hopper
+// variant after the slower mma.sync one ran fastest, 16 x 4k 569 against 519 TFLOP/s for the
+// same launch three places later), more than the differences being measured.
+inline std::vector<float> interleaved_median_ms(const std::vector<std::function<void()>>& fs,
+                                                int repeats) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (const auto& f : fs)
+    for (int i = 0; i < 3; ++i) f();
+  const size_t n = fs.size();
+  std::vector<std::vector<float>> t(n);
+  for (int r = 0; r < repeats; ++r)
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (static_cast<size_t>(r) + j) % n;
+      CHECK_CUDA(cudaEventRecord(a));
+      fs[i]();
+      CHECK_CUDA(cudaEventRecord(b));
+      CHECK_CUDA(cudaEventSynchronize(b));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+      t[i].push_back(ms);
+    }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::vector<float> medians;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    medians.push_back(v.empty() ? 0.f : v[v.size() / 2]);
+  }
+  return medians;
+}
+
 // Lengths of `rows` rows of `row` tokens drawn uniformly around the mean (seeded), then nudged one
 // token at a time until they fill exactly round(rows * row * (1 - rate)) tokens.
 inline std::vector<int32_t> padded_rows(int rows, int row, double rate, unsigned seed) {

@@ -73,8 +73,9 @@ int main(int argc, char** argv) {
       {"wgmma fwd pp (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
       {"wgmma fwd pp, 1 head/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1); }, true, 128},
       {"wgmma fwd pp, 4 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4); }, true, 128},
-      // The output by the TMA unit (WarpRowsTmaOut) where a warp's rows are whole.
-      {"wgmma fwd TMA store", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true>>(p, nullptr); }, true, 128},
+      // Launched by chunks of sequences, each rank after rank (LaunchOrder; an experiment).
+      {"wgmma fwd by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 128},
+      {"wgmma fwd 4 heads/block by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kByChunks); }, true, 128},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 TMA store", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, true>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
       {"wgmma fwd d64 3 consumers pp 2st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
@@ -133,14 +134,18 @@ int main(int argc, char** argv) {
       double flops = 0;
       const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
       const int64_t n = p.total_q * heads * d;
-      // Two rounds over the variants, each keeping its faster median: a variant timed right after
-      // another ran slower in one round than the same launch did later in the list (4 x 16k,
-      // 576 against 646 TFLOP/s, 2026-12-01 11:05 UTC).
+      // The head dim's variants timed interleaved (bench::interleaved_median_ms: timed one after
+      // the other, a variant's place in the list moved it by up to 10%).
+      std::vector<std::function<void()>> calls;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < variants.size(); ++i)
+        if (variants[i].d == d) {
+          calls.push_back([&, i] { variants[i].run(p, ws); });
+          which.push_back(i);
+        }
+      const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
-      for (int round = 0; round < 2; ++round)
-        for (size_t i = 0; i < variants.size(); ++i)
-          if (variants[i].d == d)
-            best[i] = std::min(best[i], bench::median_ms([&] { variants[i].run(p, ws); }, repeats));
+      for (size_t j = 0; j < which.size(); ++j) best[which[j]] = medians[j];
       std::vector<uint16_t> ref_out, ref_grads;
       for (size_t i = 0; i < variants.size(); ++i) {
         const Variant& var = variants[i];
