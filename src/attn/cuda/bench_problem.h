@@ -19,31 +19,9 @@
 
 namespace varpack::bench {
 
-// Median time of `repeats` calls of f after 3 warm-up calls, in ms (device events).
-inline float median_ms(const std::function<void()>& f, int repeats) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < repeats; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// Median time of `repeats` calls of each of fs, in ms, the calls interleaved: repeat r times one
-// call of each, starting at fs[r % n], so that every variant runs as often after every other and
-// at every stage of the run. Timed one after the other instead, identical launches differed by up
+// Median time of `repeats` calls of each of fs after 3 warm-up calls each, in ms (device
+// events), the calls interleaved: repeat r times one call of each, starting at fs[r % n], so that
+// every variant runs as often after every other and at every stage of the run. Timed one after the other instead, identical launches differed by up
 // to 10% with their place in the list (tile_shapes on the H200, 2026-12-01: the first Hopper
 // variant after the slower mma.sync one ran fastest, 16 x 4k 569 against 519 TFLOP/s for the
 // same launch three places later), more than the differences being measured.
@@ -75,6 +53,11 @@ inline std::vector<float> interleaved_median_ms(const std::vector<std::function<
     medians.push_back(v.empty() ? 0.f : v[v.size() / 2]);
   }
   return medians;
+}
+
+// Median time of `repeats` calls of f after 3 warm-up calls, in ms (device events).
+inline float median_ms(const std::function<void()>& f, int repeats) {
+  return interleaved_median_ms({f}, repeats)[0];
 }
 
 // Lengths of `rows` rows of `row` tokens drawn uniformly around the mean (seeded), then nudged one
