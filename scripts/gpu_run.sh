@@ -9,8 +9,8 @@
 # Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
-#   4 heads per forward block, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both
-#   paths); bench: both benchmarks (the standalone one on both kernel paths); sanitize:
+#   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
+#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench: both benchmarks (the standalone one on both kernel paths); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
@@ -73,7 +73,9 @@ if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
     step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
-    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda
+    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
+    VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=sequence step tests.log standalone_by_sequence \
+      120 build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
@@ -113,14 +115,17 @@ if [[ $want == *" bench "* ]]; then
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
 fi
 # Each small case runs both backward modes, so the atomic path is sanitized too; the Hopper forward
-# runs several heads per block (its head-to-head hand-over is where a race would be); case 1
-# leaves max_seqlen unknown to the kernels, case 2 understates it.
+# runs several heads per block (its head-to-head hand-over is where a race would be), in both
+# launch orders; case 1 leaves max_seqlen unknown to the kernels, case 2 understates it (by
+# chunks, a forward block then takes several query tiles).
 if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
   export VARPACK_HEADS_PER_BLOCK=4
-  step tests.log memcheck "${SANITIZE_S:-120}" compute-sanitizer \
-    --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
-  step tests.log racecheck "${SANITIZE_S:-150}" compute-sanitizer \
-    --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+  for order in chunks sequence; do
+    VARPACK_LAUNCH_ORDER=$order step tests.log "memcheck_$order" "${SANITIZE_S:-120}" \
+      compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+    VARPACK_LAUNCH_ORDER=$order step tests.log "racecheck_$order" "${SANITIZE_S:-150}" \
+      compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+  done
   unset VARPACK_HEADS_PER_BLOCK
   # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 30-36
   # (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck on 23-25

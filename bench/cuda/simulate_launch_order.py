@@ -3,9 +3,8 @@
 The GPU starts a launch's blocks in index order, each on the first multiprocessor that frees up
 (one block per multiprocessor: the forward's blocks fill one). This replays that greedy schedule
 on 132 multiprocessors with a block's time = heads x (key tiles + a per-head overhead) + a
-per-block overhead (in key-tile units), for three orders: by sequence (the library's,
-src/attn/cuda/tile_bounds.cuh), by rank over all sequences (tried, slower), and by chunks of
-sequences (LaunchOrder on branch wip/launch-chunks).
+per-block overhead (in key-tile units), for the orders of src/attn/cuda/tile_bounds.cuh
+(LaunchOrder): by sequence (the library's), by rank over all sequences, and by chunks of sequences.
 It prints the makespan over the ideal (total work / 132); 1.068 means 6.8% lost to the tail.
 It models neither L2 nor clocks: by rank over all sequences measured slower on the H200 than by
 sequence (bench/results/cuda.md), which this model cannot show.

@@ -1,6 +1,7 @@
 // The CUDA kernels' tile arithmetic (src/attn/cuda/tile_bounds.cuh), compiled for the host and
 // checked against brute force over every query and key, so that CI (no GPU) guards what keeps the
-// kernels inside their sequences: the grid's slots cover every tile of every sequence exactly once,
+// kernels inside their sequences: the grid's slots and the launch orders' blocks cover every tile
+// of every sequence exactly once (by chunks, heaviest first, also with max_seqlen understated),
 // a tile's walk covers every (query, key) pair it must see and starts no tile past its sequence,
 // a thread's two-register visibility bounds agree with SequenceBounds, and the unmasked fast path
 // is taken only when every pair is visible. Lengths include 0, 1, tile edges and q != k; windows,
@@ -8,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <random>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -103,6 +106,83 @@ TEST(TileBounds, SlotsCoverEveryTileOnce) {
     check_slots<128, TileOrder::kLastFirst>(lens);
     check_slots<128, TileOrder::kFirstFirst>(lens);
     check_slots<192, TileOrder::kFirstFirst>(lens);
+  }
+}
+
+// Every block index of a launch order: each (sequence, tile, head group) is some block's work
+// exactly once, and none outside the sequence. By chunks with the true count of ranks, a chunk's
+// blocks start heaviest first (kLastFirst: tile index non-increasing; kFirstFirst: distance from
+// the sequence's end non-increasing); with fewer ranks (max_seqlen understated) the rank-0 blocks
+// take the extra tiles, so nothing is left out either.
+template <int BLOCK, TileOrder kOrder>
+void check_order(const std::vector<int32_t>& lens, int head_groups, int ranks, int64_t chunk) {
+  SCOPED_TRACE(testing::Message() << "block " << BLOCK << " heads groups " << head_groups
+                                  << " ranks " << ranks << " chunk " << chunk << " batch "
+                                  << lens.size());
+  const std::vector<int32_t> cu = cumulative(lens);
+  LaunchOrder order;
+  order.batch = static_cast<int64_t>(lens.size());
+  order.slots = slot_count(cu.back(), order.batch, BLOCK);
+  order.head_groups = head_groups;
+  order.ranks = ranks;
+  order.chunk = chunk;
+  int64_t longest = 0;
+  for (int32_t l : lens) longest = std::max<int64_t>(longest, (l + BLOCK - 1) / BLOCK);
+  std::set<std::tuple<int64_t, int64_t, int>> seen;
+  int64_t last_weight = INT64_MAX, last_chunk = -1;
+  for (int64_t index = 0; index < order.blocks(); ++index) {
+    const BlockWork w = block_work<BLOCK, kOrder>(cu.data(), order, index);
+    if (!w.valid) continue;
+    ASSERT_GE(w.b, 0);
+    ASSERT_LT(w.b, order.batch);
+    ASSERT_GE(w.head_group, 0);
+    ASSERT_LT(w.head_group, head_groups);
+    const int64_t tiles = (lens[w.b] + BLOCK - 1) / BLOCK;
+    ASSERT_GE(w.first, 0);
+    ASSERT_LT(w.first, w.end);
+    ASSERT_LE(w.end, tiles) << "sequence " << w.b;
+    if (ranks == 0 || ranks >= longest) {
+      EXPECT_EQ(w.end - w.first, 1) << "one tile per block";
+    }
+    for (int64_t t = w.first; t < w.end; ++t) {
+      EXPECT_TRUE(seen.insert({w.b, t, w.head_group}).second)
+          << "tile " << t << " of sequence " << w.b << " twice";
+    }
+    if (ranks == longest) {
+      const int64_t weight = kOrder == TileOrder::kLastFirst ? w.first : tiles - w.first;
+      const int64_t this_chunk = w.head_group * order.batch + w.b / chunk;
+      if (this_chunk != last_chunk) last_weight = INT64_MAX;
+      EXPECT_LE(weight, last_weight) << "a lighter block before block " << index;
+      last_weight = weight;
+      last_chunk = this_chunk;
+    }
+  }
+  size_t expected = 0;
+  for (int32_t l : lens) expected += static_cast<size_t>((l + BLOCK - 1) / BLOCK);
+  EXPECT_EQ(seen.size(), expected * head_groups) << "tiles without a block";
+}
+
+TEST(TileBounds, LaunchOrdersCoverEveryTileOnce) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> batches{
+      {}, {0}, {1}, {128}, {129}, {0, 0, 0}, {127, 128, 129, 0, 1, 64, 63, 65}, {5000, 1, 0, 3},
+      std::vector<int32_t>(16, 4096)};
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<int32_t> lens(1 + rng() % 20);
+    for (int32_t& l : lens) l = static_cast<int32_t>(rng() % 3 == 0 ? rng() % 3 : rng() % 1500);
+    batches.push_back(lens);
+  }
+  for (const auto& lens : batches) {
+    int longest = 0;
+    for (int32_t l : lens) longest = std::max(longest, (l + 127) / 128);
+    // By sequence; by chunks with the true count of ranks, understated (1, half) and overstated,
+    // in chunks of one sequence, three and all of them.
+    for (int ranks : {0, longest, 1, longest / 2, longest + 3})
+      for (int64_t chunk : {int64_t{1}, int64_t{3}, static_cast<int64_t>(lens.size()) + 1})
+        for (int head_groups : {1, 3}) {
+          check_order<128, TileOrder::kLastFirst>(lens, head_groups, ranks, chunk);
+          check_order<128, TileOrder::kFirstFirst>(lens, head_groups, ranks, chunk);
+        }
   }
 }
 

@@ -18,9 +18,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
@@ -107,7 +110,7 @@ struct HopperForwardConfig
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
-                          const __grid_constant__ CUtensorMap v_map, int64_t slots,
+                          const __grid_constant__ CUtensorMap v_map, const LaunchOrder order,
                           int heads_per_block) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
@@ -120,18 +123,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using KvTile = typename Cfg::KvTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const TileSlot slot = find_slot<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, p.batch, slots);
-  if (!slot.valid) return;
-  const BlockTile tile = query_tile<kBM, kBN>(p, slot);
+  const BlockWork work =
+      block_work<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, order, blockIdx.x);
+  if (!work.valid) return;
   const int group = p.heads / p.kv_heads;
-  const SequenceBounds seq = tile.seq;
-  const int64_t m0 = tile.r0;
-  // The same query rows of every head see the same keys, so all of the block's heads walk the same
-  // tiles: the block's g-th K/V tile in all is tile g % num_tiles of its head g / num_tiles, in
-  // stage g % kStages, fill number g / kStages of that stage.
-  const int64_t n_first = tile.walk.first;
-  const int num_tiles = tile.walk.count;
-  const int h_first = static_cast<int>(blockIdx.y) * heads_per_block;
+  const int h_first = work.head_group * heads_per_block;
+  // The block's items, one after the other: each of its query tiles (one, but for a rank-0 block
+  // whose sequence is longer than the launch order assumed) for each of its heads. The same query
+  // rows of every head see the same keys, so a tile's heads walk the same key tiles; the block's
+  // g-th K/V tile in all sits in stage g % kStages, fill number g / kStages of that stage.
+  const SequenceBounds seq = query_tile<kBM, kBN>(p, TileSlot{work.b, work.first, true}).seq;
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + Cfg::kKOffset;
@@ -150,21 +151,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
-    if (num_tiles == 0) return;
     const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
     const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
     const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
-    for (int i = 0; i < heads_per_block; ++i) {
-      const int h = h_first + i;
-      const int hk = h / group;
-      if (i > 0) mbarrier_wait(q_empty, (i - 1) & 1);
-      load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sQ, q_seq + h * p.q_head_stride,
-                                                   p.q_row_stride, m0, seq.q_len);
-      cp_async_arrive(q_full);
-      for (int t = 0; t < num_tiles; ++t)
-        ring.template produce<D, kDataD>(i * num_tiles + t, n_first + static_cast<int64_t>(t) * kBN, hk,
-                                 seq, k_map, k_seq + hk * p.k_head_stride, p.k_row_stride, v_map,
-                                 v_seq + hk * p.v_head_stride, p.v_row_stride);
+    int item = 0, fill = 0;  // Q's hand-overs so far, K/V tiles so far
+    for (int64_t qt = work.first; qt < work.end; ++qt) {
+      const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
+      if (tile.walk.count == 0) continue;  // the consumers neither wait for Q nor for K/V
+      for (int i = 0; i < heads_per_block; ++i, ++item) {
+        const int h = h_first + i;
+        const int hk = h / group;
+        if (item > 0) mbarrier_wait(q_empty, (item - 1) & 1);
+        load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sQ, q_seq + h * p.q_head_stride,
+                                                     p.q_row_stride, tile.r0, seq.q_len);
+        cp_async_arrive(q_full);
+        for (int t = 0; t < tile.walk.count; ++t, ++fill)
+          ring.template produce<D, kDataD>(
+              fill, tile.walk.first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,
+              k_seq + hk * p.k_head_stride, p.k_row_stride, v_map, v_seq + hk * p.v_head_stride,
+              p.v_row_stride);
+      }
     }
     return;
   }
@@ -186,9 +192,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols, kDataD>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
-  // Visibility of keys from this thread's rows warp_row + g + 8 * r.
-  const RowVisibility vis =
-      row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
+  // The current query tile: its first row, its first key tile, and the visibility of keys from
+  // this thread's rows warp_row + g + 8 * r.
+  int64_t m0 = 0, n_first = 0;
+  RowVisibility vis;
 
   auto release_q = [&] {
     if (lane == 0) mbarrier_arrive(q_empty);
@@ -286,81 +293,99 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
   };
 
-  for (int i = 0; i < heads_per_block; ++i) {
-    const int h = h_first + i;
-    const int g0 = i * num_tiles;  // the block's index of this head's tile 0
+  int item = 0, g0 = 0;  // as the producer counts: Q's hand-overs, the item's first K/V tile
+  for (int64_t qt = work.first; qt < work.end; ++qt) {
+    const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
+    m0 = tile.r0;
+    n_first = tile.walk.first;
+    const int n = tile.walk.count;
+    vis = row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
+    for (int i = 0; i < heads_per_block; ++i) {
+      const int h = h_first + i;
 #pragma unroll
-    for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
+      for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_max[r] = -INFINITY;
-      row_sum[r] = 0.f;
-    }
-    const int n = num_tiles;
-    if (n > 0) {
-      mbarrier_wait(q_full, i & 1);
-      // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent path
-      // makes ptxas serialize them all.
-      {
-        float s[kBN / 2], alpha[2];
-        ring.wait_k(g0);
-        begin_turn();
-        issue_s(g0, s);
-        end_turn();
-        wgmma_wait<0>();
-        ring.release_k(g0, lane);
-        if (n == 1) release_q();
-        pin_registers(s);
-        softmax(0, s, alpha);
-        rescale_and_pack(s, alpha);
+      for (int r = 0; r < 2; ++r) {
+        row_max[r] = -INFINITY;
+        row_sum[r] = 0.f;
       }
-      for (int t = 1; t < n; ++t) {
-        float s[kBN / 2], alpha[2];
-        ring.wait_k(g0 + t);
-        ring.wait_v(g0 + t - 1);
-        begin_turn();
-        issue_s(g0 + t, s);
-        issue_pv(g0 + t - 1);
-        end_turn();
-        wgmma_wait<1>();
-        ring.release_k(g0 + t, lane);
-        if (t == n - 1) release_q();
-        pin_registers(s);
-        softmax(t, s, alpha);
+      if (n > 0) {
+        mbarrier_wait(q_full, item & 1);
+        // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent path
+        // makes ptxas serialize them all.
+        {
+          float s[kBN / 2], alpha[2];
+          ring.wait_k(g0);
+          begin_turn();
+          issue_s(g0, s);
+          end_turn();
+          wgmma_wait<0>();
+          ring.release_k(g0, lane);
+          if (n == 1) release_q();
+          pin_registers(s);
+          softmax(0, s, alpha);
+          rescale_and_pack(s, alpha);
+        }
+        for (int t = 1; t < n; ++t) {
+          float s[kBN / 2], alpha[2];
+          ring.wait_k(g0 + t);
+          ring.wait_v(g0 + t - 1);
+          begin_turn();
+          issue_s(g0 + t, s);
+          issue_pv(g0 + t - 1);
+          end_turn();
+          wgmma_wait<1>();
+          ring.release_k(g0 + t, lane);
+          if (t == n - 1) release_q();
+          pin_registers(s);
+          softmax(t, s, alpha);
+          wgmma_wait<0>();
+          ring.release_v(g0 + t - 1, lane);
+          rescale_and_pack(s, alpha);
+        }
+        ring.wait_v(g0 + n - 1);
+        pin_registers(o);
+        wgmma_fence();
+        issue_pv(g0 + n - 1);
         wgmma_wait<0>();
-        ring.release_v(g0 + t - 1, lane);
-        rescale_and_pack(s, alpha);
+        pin_registers(o);
+        ring.release_v(g0 + n - 1, lane);
       }
-      ring.wait_v(g0 + n - 1);
-      pin_registers(o);
-      wgmma_fence();
-      issue_pv(g0 + n - 1);
-      wgmma_wait<0>();
-      pin_registers(o);
-      ring.release_v(g0 + n - 1, lane);
-    }
 
-    float inv[2];
+      float inv[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-      const int64_t row = m0 + warp_row + g + 8 * r;
-      if (qd == 0 && p.lse != nullptr && row < seq.q_len)
-        p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-            sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+        const int64_t row = m0 + warp_row + g + 8 * r;
+        if (qd == 0 && p.lse != nullptr && row < seq.q_len)
+          p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+              sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+      }
+      RowsOut::store(o, inv, scratch,
+                     static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+                         h * p.out_head_stride,
+                     p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+      if (n > 0) {
+        ++item;
+        g0 += n;
+      }
     }
-    RowsOut::store(o, inv, scratch,
-                   static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
-                       h * p.out_head_stride,
-                   p.out_row_stride, seq.q_len - m0 - warp_row, lane);
   }
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }
 #endif
+}
+
+// The current device's multiprocessors (132 on an H100 / H200 SXM, if the query fails).
+inline int multiprocessor_count() {
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess)
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
 }
 
 // How many consecutive heads one block runs its query tile for. A block fills a multiprocessor
@@ -392,9 +417,7 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   }
   const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
   if (window || p.batch <= 0) return 1;
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess)
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = multiprocessor_count();
   const double q_tiles = static_cast<double>(p.total_q) / block_m;
   const double k_tiles = static_cast<double>(p.total_k) / block_n;
   const double per_query_tile = p.causal ? (k_tiles / p.batch + 1) / 2 : k_tiles / p.batch;
@@ -406,16 +429,67 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   return 1;
 }
 
+enum class ForwardOrder { kAuto, kBySequence, kByChunks };
+
+// The forward's launch order (LaunchOrder). By chunks applies under causal masking without a
+// window, where a query tile's work grows with its index, while max_seqlen_q leaves few blocks
+// empty (at most a quarter more than by sequence). A chunk holds the sequences whose K and V for a
+// block's heads take about 32 MB (L2 is 50 MB): at 4 heads per block 16 sequences of 1k or 4 of
+// 4k, which a simulation of the block scheduler put at a 1.8% / 0.1% tail, against 6.8% by
+// sequence (bench/cuda/simulate_launch_order.py); by rank over all sequences at once (one chunk) was
+// slower on the H200. The library (kAuto) takes chunks where the launch is short, at most 32
+// waves of blocks by sequence (a block per multiprocessor), where the tail weighs; longer
+// launches keep the by-sequence order, whose blocks running at once share one sequence's K/V.
+// Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes with the variants interleaved,
+// 2026-12-01 13:40 UTC), TFLOP/s by sequence -> by chunks, heads per block by
+// forward_heads_per_block: 64 x 1k (15.5 waves) 385 -> 410, 16 x 4k (15.5) 555 -> 585, 16 x 4096 at
+// 3% padding 529 -> 550, at 25% 491 -> 497; 4 x 16k (62 waves) 611 -> 595, mixed lengths 4096..17
+// (over 60 waves) 448 -> 451; d64 64 x 1k 256 -> 275, 16 x 4k 369 -> 393, 4 x 16k 420 -> 422.
+// VARPACK_LAUNCH_ORDER=chunks or =sequence forces one where it applies (the tests run both).
+inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, int heads_per_block,
+                                        ForwardOrder choice) {
+  LaunchOrder order;
+  order.batch = p.batch;
+  order.slots = slot_count(p.total_q, p.batch, block_m);
+  order.head_groups = p.heads / heads_per_block;
+  if (choice == ForwardOrder::kAuto) {
+    const char* forced = std::getenv("VARPACK_LAUNCH_ORDER");
+    if (forced != nullptr && std::strcmp(forced, "chunks") == 0)
+      choice = ForwardOrder::kByChunks;
+    else if (forced != nullptr && std::strcmp(forced, "sequence") == 0)
+      choice = ForwardOrder::kBySequence;
+    else
+      choice = order.blocks() <= int64_t{32} * multiprocessor_count() ? ForwardOrder::kByChunks
+                                                                       : ForwardOrder::kBySequence;
+  }
+  const int64_t ranks = (p.max_seqlen_q + block_m - 1) / block_m;
+  const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
+  if (choice != ForwardOrder::kByChunks || !p.causal || window || ranks <= 0 || p.batch <= 0 ||
+      4 * ranks * p.batch > 5 * order.slots)
+    return order;
+  order.ranks = static_cast<int>(ranks);
+  const int group = p.heads / p.kv_heads;
+  const int64_t kv_heads = (heads_per_block + group - 1) / group;
+  const int64_t bytes = 2 * p.max_seqlen_k * kv_heads * p.head_dim * 2;  // K and V, 2-byte
+  order.chunk = bytes > 0 ? std::max<int64_t>(1, (int64_t{32} << 20) / bytes) : p.batch;
+  return order;
+}
+
 // heads_per_block 0: forward_heads_per_block's choice; otherwise a divisor of p.heads.
 template <class T, class Cfg>
 void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
-                                int heads_per_block = 0) {
-  const int64_t slots = slot_count(p.total_q, p.batch, Cfg::kBlockM);
-  if (slots <= 0 || p.heads <= 0) return;
+                                int heads_per_block = 0,
+                                ForwardOrder order_choice = ForwardOrder::kAuto) {
+  if (slot_count(p.total_q, p.batch, Cfg::kBlockM) <= 0 || p.heads <= 0) return;
   if (heads_per_block <= 0)
     heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN);
   if (p.heads % heads_per_block != 0)
     throw Error("varpack CUDA attention: heads_per_block must divide the number of heads");
+  const LaunchOrder order = forward_launch_order(p, Cfg::kBlockM, heads_per_block, order_choice);
+  if (order.blocks() > INT32_MAX)
+    throw Error("varpack CUDA attention: too many query tiles x heads for one launch (" +
+                std::to_string(order.blocks()) + " blocks of " + std::to_string(Cfg::kBlockM) +
+                " queries); split the batch");
   const auto kernel = p.softcap > 0.f ? hopper_forward_kernel<T, Cfg, true>
                                       : hopper_forward_kernel<T, Cfg, false>;
   const cudaError_t attr =
@@ -428,9 +502,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
                                           p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
-  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(p.heads / heads_per_block));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, k_map, v_map, slots,
-                                                           heads_per_block);
+  kernel<<<static_cast<unsigned>(order.blocks()), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+      p, k_map, v_map, order, heads_per_block);
   check_launch("the Hopper forward kernel");
 }
 

@@ -32,8 +32,9 @@ struct Case {
   float softcap;
   std::vector<int32_t> q_lens, k_lens;
   // The CUDA params' max_seqlen_q and max_seqlen_k when >= 0: 0 (unknown) or below the longest
-  // sequence (understated), which the CUDA kernels must not need (they steer only the forward's
-  // heads per block); -1: the true ones, which the reference requires.
+  // sequence (understated), which the CUDA kernels must survive (the forward's launch order by
+  // chunks takes its count of ranks from max_seqlen_q); -1: the true ones, which the reference
+  // requires.
   int64_t gpu_max_seqlen = -1;
 };
 
@@ -227,7 +228,8 @@ int main(int argc, char** argv) {
   // many 128-key tiles, so that the Hopper forward's stage ring wraps around several times.
   const std::vector<int32_t> long_edges{700, 3, 0, 517, 129, 256};
   cases.push_back({DType::bf16, 128, 2, 1, true, -1, -1, 0.f, long_edges, long_edges});
-  // At d64 with GQA, with max_seqlen unknown to the CUDA kernels (0); at d128 understated.
+  // At d64 with GQA, with max_seqlen unknown to the CUDA kernels (0); at d128 understated (by
+  // chunks, the forward's rank-0 blocks then take several query tiles each).
   cases.push_back({DType::bf16, 64, 4, 2, true, -1, -1, 0.f, long_edges, long_edges, 0});
   cases.push_back({DType::bf16, 128, 2, 1, true, -1, -1, 0.f, long_edges, long_edges, 200});
   for (DType t : {DType::bf16, DType::f16})
