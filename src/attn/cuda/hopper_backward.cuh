@@ -44,7 +44,13 @@ namespace varpack::cuda {
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
 // columns (both compute S^T and dP^T); only without atomic dQ, so without dS^T or dQ in shared
 // memory.
-template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false>
+// PingPong (only without atomic dQ, whose dQ product joins the two compute warpgroups at every
+// tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
+// P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
+// forward; without it both issue at once, both wait, and the tensor cores idle while both compute
+// P^T and dS^T.
+template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
+          bool PingPong = true>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -52,6 +58,7 @@ struct HopperBackwardTile {
   static constexpr int kD = D;
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
+  static constexpr bool kPingPong = PingPong;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
@@ -128,6 +135,7 @@ enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
   kDqEmpty = 4,  // + buffer: the reducing warp has read that buffer's previous dQ
+  kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -303,6 +311,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Keys of this thread's accumulator rows n0 + warp_key + g + 8r, inside the sequence or not.
   const int key0 = static_cast<int>(n0) + warp_key + g;
   const bool key_in[2] = {key0 < seq.k_len, key0 + 8 < seq.k_len};
+  // Turns (kPingPong): warpgroup w issues a group of products when barrier kTurn + w lets it, then
+  // lets the other go. Warpgroup 1 lets warpgroup 0 go once before anything, and warpgroup 0
+  // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending.
+  constexpr bool kPingPong = Cfg::kPingPong && !kAtomicDq;
+  constexpr int kTurnThreads = 256;  // the warpgroup that waits + the one that lets it go
+  if constexpr (kPingPong) {
+    if (wg == 1) named_barrier_arrive(kTurn, kTurnThreads);
+  }
+  auto begin_turn = [&] {
+    if constexpr (kPingPong) named_barrier_sync(kTurn + wg, kTurnThreads);
+  };
+  auto end_turn = [&] {
+    if constexpr (kPingPong) named_barrier_arrive(kTurn + 1 - wg, kTurnThreads);
+  };
   for (int it = 0; it < iters; ++it) {
     const int s = it % kStages;
     const int64_t m0 = tile_start(it);
@@ -320,6 +342,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     float st[kBM / 2], dpt[kBM / 2];
     pin_registers(st);
     pin_registers(dpt);
+    begin_turn();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDataD / 16; ++kk) {
@@ -337,6 +360,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           gmma_desc(dob + (kk / 4) * QTile::kBlockBytes + col, 0, 1024), kk > 0);
     }
     wgmma_commit();
+    end_turn();
     // With softcap, dS^T needs each score's slope next to P^T: wait for both products.
     if constexpr (kSoftcap) wgmma_wait<0>();
     else wgmma_wait<1>();
@@ -394,6 +418,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries).
     pin_registers(dv);
     pin_registers(dk);
+    begin_turn();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) {
@@ -403,6 +428,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           dk, dsf[kk], gmma_desc(qb + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
     }
     wgmma_commit();
+    end_turn();
     if constexpr (kAtomicDq) {
       // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
       // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
@@ -445,6 +471,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   pin_registers(dv);
   pin_registers(dk);
+  if constexpr (kPingPong) {
+    if (wg == 0) named_barrier_sync(kTurn, kTurnThreads);
+  }
 
   // dK and dV go out through shared memory (WarpRowsOut), in K and V's tiles once both compute
   // warpgroups are done with them (their last dQ product reads all of K; a warp's scratch spans
@@ -501,6 +530,17 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
                                   });
 }
 
+// The two-pass backward on Hopper with an explicit dK/dV shape (the experiments time several):
+// Delta, dK and dV without atomics, then the wgmma dQ pass.
+template <class T, class Cfg>
+void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* workspace,
+                                   cudaStream_t stream) {
+  float* delta = static_cast<float*>(workspace);
+  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, stream);
+  launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, stream);
+  launch_hopper_dq_pass<T, HopperDqConfig<Cfg::kDataD>>(p, delta, stream);
+}
+
 // The backward on Hopper: atomic dQ in the one kernel, or dK and dV there and dQ by the wgmma dQ
 // pass (no atomics, bit-identical run to run): that one in the deterministic mode, and at d64 in
 // both, where it is the faster. Measured on the H200 (bf16, causal, 16 heads; tile_shapes,
@@ -520,10 +560,7 @@ template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   constexpr bool kTwoPassesOnly = hopper_backward_two_passes_only(D);
   if (kTwoPassesOnly || p.deterministic) {
-    float* delta = static_cast<float*>(workspace);
-    launch_delta<T, D>(p, delta, nullptr, stream);
-    launch_hopper_dkdv<T, HopperBackwardConfig<D>, false>(p, delta, nullptr, stream);
-    launch_hopper_dq_pass<T, HopperDqConfig<D>>(p, delta, stream);
+    launch_hopper_two_passes_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
     return;
   }
   if constexpr (!kTwoPassesOnly)
