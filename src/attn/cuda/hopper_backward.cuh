@@ -50,7 +50,7 @@ namespace varpack::cuda {
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = true>
+          bool PingPong = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -121,14 +121,25 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // / 207.1 in a second run), against 160.1 / 220.4 / 249.0 / 194.3 with 64-query tiles and 2 stages
 // (the shape above), 160.2 / 221.9 / 250.5 / 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6
 // with 4. 76-80 bytes of spills (64-query tiles: 48).
+// Ping-pong (the dK/dV pass of the two-pass backward, which d64 runs in both modes) at d64 and
+// d256, where it measured no slower anywhere; not at d128 and d96. Measured on the H200 (bf16,
+// causal, 16 heads, tile_shapes with the variants interleaved, 2026-12-01 14:10 UTC), the whole
+// two-pass backward with / without it, TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed / 3% / 25%
+// padding: d64 184.2 / 279.5 / 320.8 / 234.3 / 265.3 / 248.0 against 183.2 / 276.7 / 317.1 /
+// 231.9 / 262.3 / 245.4 (128-query tiles; 64-query tiles with it: 177.5 / 259.6 / 293.5 / 221.0 /
+// 250.8 / 236.8); d256 239.1 / 324.3 / 349.3 / 292.2 / 310.9 / 296.0 against 240.0 / 320.0 / 328.8
+// / 292.8 / 309.2 / 297.1; d128 (deterministic mode) 259.8 / 372.3 / 443.4 / 337.2 / 357.4 / 346.4
+// against 262.1 / 378.7 / 436.1 / 341.6 / 366.1 / 349.1; d96 213.8 / 321.3 / 369.9 / 279.3 /
+// 310.9 / 292.8 against 216.6 / 325.3 / 373.4 / 282.7 / 315.2 / 297.2. The products were not
+// waiting on the P^T / dS^T arithmetic as much as the forward's on its softmax.
 template <>
-struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
+struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2, 64, false, true> {};
 // Head dim 96 on d128's tiles, and head dim 256 on 64-key blocks with dK and dV split by columns
 // (both without atomic dQ: the two-pass backward, launch_hopper_backward).
 template <>
 struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
 template <>
-struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true> {};
+struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, true> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
