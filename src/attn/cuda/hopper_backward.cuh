@@ -123,7 +123,7 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // with 4. 76-80 bytes of spills (64-query tiles: 48).
 // Ping-pong (the dK/dV pass of the two-pass backward, which d64 runs in both modes) at d64 and
 // d256, where it measured no slower anywhere; not at d128 and d96. Measured on the H200 (bf16,
-// causal, 16 heads, tile_shapes with the variants interleaved, 2026-12-01 14:10 UTC), the whole
+// causal, 16 heads, tile_shapes with the variants interleaved, 2026-12-01 14:01 UTC), the whole
 // two-pass backward with / without it, TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed / 3% / 25%
 // padding: d64 184.2 / 279.5 / 320.8 / 234.3 / 265.3 / 248.0 against 183.2 / 276.7 / 317.1 /
 // 231.9 / 262.3 / 245.4 (128-query tiles; 64-query tiles with it: 177.5 / 259.6 / 293.5 / 221.0 /

@@ -441,7 +441,7 @@ enum class ForwardOrder { kAuto, kBySequence, kByChunks };
 // waves of blocks by sequence (a block per multiprocessor), where the tail weighs; longer
 // launches keep the by-sequence order, whose blocks running at once share one sequence's K/V.
 // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes with the variants interleaved,
-// 2026-12-01 13:40 UTC), TFLOP/s by sequence -> by chunks, heads per block by
+// 2026-12-01 13:38 UTC), TFLOP/s by sequence -> by chunks, heads per block by
 // forward_heads_per_block: 64 x 1k (15.5 waves) 385 -> 410, 16 x 4k (15.5) 555 -> 585, 16 x 4096 at
 // 3% padding 529 -> 550, at 25% 491 -> 497; 4 x 16k (62 waves) 611 -> 595, mixed lengths 4096..17
 // (over 60 waves) 448 -> 451; d64 64 x 1k 256 -> 275, 16 x 4k 369 -> 393, 4 x 16k 420 -> 422.
