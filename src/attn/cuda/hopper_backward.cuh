@@ -569,15 +569,15 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
                                   });
 }
 
-// The two-pass backward on Hopper with an explicit dK/dV shape (the experiments time several):
-// Delta, dK and dV without atomics, then the wgmma dQ pass.
-template <class T, class Cfg>
+// The two-pass backward on Hopper with explicit shapes (the experiments time several): Delta, dK
+// and dV without atomics (shape Cfg), then the wgmma dQ pass (shape DqCfg).
+template <class T, class Cfg, class DqCfg = HopperDqConfig<Cfg::kDataD>>
 void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* workspace,
                                    cudaStream_t stream) {
   float* delta = static_cast<float*>(workspace);
   launch_delta<T, Cfg::kDataD>(p, delta, nullptr, stream);
   launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, stream);
-  launch_hopper_dq_pass<T, HopperDqConfig<Cfg::kDataD>>(p, delta, stream);
+  launch_hopper_dq_pass<T, DqCfg>(p, delta, stream);
 }
 
 // The backward on Hopper: atomic dQ in the one kernel, or dK and dV there and dQ by the wgmma dQ

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
       {"wgmma det bwd (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
       {"wgmma det bwd, dK/dV pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, true>>(p, ws, nullptr); }, false, 128},
       {"wgmma det bwd, dK/dV early dV", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
+      // The dQ pass waiting for a tile's dQ product only with the next tile's S and dP.
+      {"wgmma det bwd, dQ pass deferred wait", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<128>, HopperDqTile<128, 64, 2, 128, 128, true>>(p, ws, nullptr); }, false, 128},
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
       {"wgmma bwd d64 atomic q128 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 two passes, no pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
+      {"wgmma bwd d64 two passes, dQ deferred wait", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<64>, HopperDqTile<64, 64, 2, 64, 64, true>>(p, ws, nullptr); }, false, 64},
   };
   struct Point {
     std::string name;
