@@ -12,7 +12,8 @@
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
 #   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench: both benchmarks (the standalone one on both kernel paths); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
-#   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only);
+#   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
+#   TUNE_ONLY=bwd: only the variants whose name holds "bwd");
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_KERNELS: which, default the forward, the backward and its two
 #   row passes), with per-instruction stall samples of the backward in ncu_backward_sass.csv and

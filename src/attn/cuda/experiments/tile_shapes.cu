@@ -3,7 +3,8 @@
 // mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64, 256 and 96,
 // causal), and checks each against the first of its kind at its head dim (max |difference|), so
 // that a shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
-// Run: ./tile_shapes [repeats [head dim...]]
+// Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
+// it (e.g. "bwd").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -139,6 +140,17 @@ int main(int argc, char** argv) {
     sized.total_q = rows;
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
+  if (const char* only = std::getenv("TUNE_ONLY"))
+    variants.erase(std::remove_if(variants.begin(), variants.end(),
+                                  [&](const Variant& v) { return v.name.find(only) == std::string::npos; }),
+                   variants.end());
+  // The sm_80 library forward, whose output and lse feed every backward variant.
+  auto reference_forward = [](const AttentionBackwardParams& p, int d) {
+    if (d == 128) launch_forward<T, 128>(p, nullptr);
+    else if (d == 96) launch_forward<T, 96>(p, nullptr);
+    else if (d == 256) launch_forward<T, 256>(p, nullptr);
+    else launch_forward<T, 64>(p, nullptr);
+  };
   std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
   for (const int d : head_dims) {
     const bench::BenchProblem problem(heads, d, rows);
@@ -146,6 +158,7 @@ int main(int argc, char** argv) {
       double flops = 0;
       const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
       const int64_t n = p.total_q * heads * d;
+      reference_forward(p, d);  // so that the backward variants are timed on real output and lse
       // The head dim's variants timed interleaved (bench::interleaved_median_ms: timed one after
       // the other, a variant's place in the list moved it by up to 10%).
       std::vector<std::function<void()>> calls;
@@ -165,12 +178,7 @@ int main(int argc, char** argv) {
         const float ms = best[i];
         CHECK_CUDA(cudaDeviceSynchronize());
         // The sm_80 library forward's output (and lse) feed every backward variant.
-        if (!var.forward && ref_grads.empty()) {
-          if (d == 128) launch_forward<T, 128>(p, nullptr);
-          else if (d == 96) launch_forward<T, 96>(p, nullptr);
-          else if (d == 256) launch_forward<T, 256>(p, nullptr);
-          else launch_forward<T, 64>(p, nullptr);
-        }
+        if (!var.forward && ref_grads.empty()) reference_forward(p, d);
         var.run(p, ws);  // the output checked is this variant's own
         CHECK_CUDA(cudaDeviceSynchronize());
         std::vector<uint16_t> got = var.forward ? fetch(problem.out, n) : fetch(problem.dq, n);
