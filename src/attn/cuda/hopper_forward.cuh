@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
 
   const BlockWork work =
-      block_work<kBM, TileOrder::kLastFirst>(p.cu_seqlens_q, order, blockIdx.x);
+      block_work<kBM>(p.cu_seqlens_q, order, blockIdx.x);
   if (!work.valid) return;
   const int group = p.heads / p.kv_heads;
   const int h_first = work.head_group * heads_per_block;
@@ -407,9 +407,9 @@ inline int multiprocessor_count() {
 // (4 x 16k, 8256 keys: 1 head the fastest in both measurements above and at 10:53 UTC, 644 / 608
 // (2) / 578 (4); with two rounds per variant, 11:12 UTC, 574 / 575 (the rule's, now 1) / 583 (4):
 // within the noise there).
-// VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
+// sms: the device's multiprocessors. VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
 // it: their batches are too small for the rule to pick more than one head).
-inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n) {
+inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n, int sms) {
   if (const char* forced = std::getenv("VARPACK_HEADS_PER_BLOCK")) {
     int k = std::atoi(forced);
     while (k > 1 && p.heads % k != 0) --k;
@@ -417,7 +417,6 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   }
   const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
   if (window || p.batch <= 0) return 1;
-  const int sms = multiprocessor_count();
   const double q_tiles = static_cast<double>(p.total_q) / block_m;
   const double k_tiles = static_cast<double>(p.total_k) / block_n;
   const double per_query_tile = p.causal ? (k_tiles / p.batch + 1) / 2 : k_tiles / p.batch;
@@ -445,9 +444,10 @@ enum class ForwardOrder { kAuto, kBySequence, kByChunks };
 // forward_heads_per_block: 64 x 1k (15.5 waves) 385 -> 410, 16 x 4k (15.5) 555 -> 585, 16 x 4096 at
 // 3% padding 529 -> 550, at 25% 491 -> 497; 4 x 16k (62 waves) 611 -> 595, mixed lengths 4096..17
 // (over 60 waves) 448 -> 451; d64 64 x 1k 256 -> 275, 16 x 4k 369 -> 393, 4 x 16k 420 -> 422.
-// VARPACK_LAUNCH_ORDER=chunks or =sequence forces one where it applies (the tests run both).
+// VARPACK_LAUNCH_ORDER=chunks or =sequence forces one where it applies (the tests run both). sms:
+// the device's multiprocessors (multiprocessor_count, queried once per launch).
 inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, int heads_per_block,
-                                        ForwardOrder choice) {
+                                        ForwardOrder choice, int sms) {
   LaunchOrder order;
   order.batch = p.batch;
   order.slots = slot_count(p.total_q, p.batch, block_m);
@@ -459,8 +459,8 @@ inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, i
     else if (forced != nullptr && std::strcmp(forced, "sequence") == 0)
       choice = ForwardOrder::kBySequence;
     else
-      choice = order.blocks() <= int64_t{32} * multiprocessor_count() ? ForwardOrder::kByChunks
-                                                                       : ForwardOrder::kBySequence;
+      choice = order.blocks() <= int64_t{32} * sms ? ForwardOrder::kByChunks
+                                                    : ForwardOrder::kBySequence;
   }
   const int64_t ranks = (p.max_seqlen_q + block_m - 1) / block_m;
   const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
@@ -481,11 +481,13 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                                 int heads_per_block = 0,
                                 ForwardOrder order_choice = ForwardOrder::kAuto) {
   if (slot_count(p.total_q, p.batch, Cfg::kBlockM) <= 0 || p.heads <= 0) return;
+  const int sms = multiprocessor_count();
   if (heads_per_block <= 0)
-    heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN);
+    heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN, sms);
   if (p.heads % heads_per_block != 0)
     throw Error("varpack CUDA attention: heads_per_block must divide the number of heads");
-  const LaunchOrder order = forward_launch_order(p, Cfg::kBlockM, heads_per_block, order_choice);
+  const LaunchOrder order =
+      forward_launch_order(p, Cfg::kBlockM, heads_per_block, order_choice, sms);
   if (order.blocks() > INT32_MAX)
     throw Error("varpack CUDA attention: too many query tiles x heads for one launch (" +
                 std::to_string(order.blocks()) + " blocks of " + std::to_string(Cfg::kBlockM) +

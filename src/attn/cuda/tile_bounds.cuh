@@ -62,18 +62,18 @@ __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t
 }
 #endif
 
-// The order a launch's blocks take their work in, as a function of the block's linear index, so
-// that the hardware, which starts blocks in index order as multiprocessors free up, schedules
-// them. A block's work is a range of consecutive tiles of one sequence for one group of heads;
-// head groups come one after the other (index = head_group * blocks per group + i).
+// The order a query-tile launch's blocks (the Hopper forward's) take their work in, as a function
+// of the block's linear index, so that the hardware, which starts blocks in index order as
+// multiprocessors free up, schedules them. A block's work is a range of consecutive query tiles of
+// one sequence for one group of heads; head groups come one after the other (index = head_group *
+// blocks per group + i).
 // - By sequence (ranks == 0): i = x, slot slots - 1 - x (find_slot's order): sequences last-first,
 //   inside a sequence the heavy end first. The launch's last blocks can then be a sequence's
 //   heaviest, which leaves a tail where few multiprocessors work.
 // - By chunks (ranks > 0, the tiles of the longest sequence as the host knows it): the sequences
 //   in chunks of `chunk` consecutive ones, chunk after chunk, and inside a chunk rank after rank,
 //   every sequence of the chunk at each: rank r holds the r-th heaviest tile position (under
-//   causal masking the work of query tile k grows with k, kLastFirst: tile ranks - 1 - r; that of
-//   key tile k with its distance from the end, kFirstFirst: tile tiles - ranks + r). A chunk's
+//   causal masking the work of query tile k grows with k: tile ranks - 1 - r). A chunk's
 //   heavy tiles then start together, early in the chunk, while the blocks running at once stay
 //   within a few sequences' K/V (one rank over all sequences, measured on the H200, read too many
 //   sequences' K/V at once for L2 and was slower: bench/results/cuda.md). Blocks whose sequence
@@ -101,7 +101,7 @@ struct BlockWork {
   bool valid = false;
 };
 
-template <int BLOCK, TileOrder kOrder>
+template <int BLOCK>
 VARPACK_HOST_DEVICE BlockWork block_work(const int32_t* cu_seqlens, const LaunchOrder& order,
                                          int64_t index) {
   BlockWork w;
@@ -109,7 +109,8 @@ VARPACK_HOST_DEVICE BlockWork block_work(const int32_t* cu_seqlens, const Launch
   w.head_group = static_cast<int>(index / per_group);
   const int64_t i = index % per_group;
   if (order.ranks <= 0) {
-    const TileSlot t = slot_tile<BLOCK, kOrder>(cu_seqlens, order.batch, order.slots - 1 - i);
+    const TileSlot t =
+        slot_tile<BLOCK, TileOrder::kLastFirst>(cu_seqlens, order.batch, order.slots - 1 - i);
     w.b = t.b;
     w.first = t.block;
     w.end = t.block + 1;
@@ -124,16 +125,9 @@ VARPACK_HOST_DEVICE BlockWork block_work(const int32_t* cu_seqlens, const Launch
   w.b = start + within % size;
   const int64_t tiles =
       (static_cast<int64_t>(cu_seqlens[w.b + 1]) - cu_seqlens[w.b] + BLOCK - 1) / BLOCK;
-  if (kOrder == TileOrder::kLastFirst) {
-    w.first = ranks - 1 - rank;
-    w.end = rank == 0 && tiles > ranks ? tiles : w.first + 1;
-    w.valid = w.first < tiles;
-  } else {
-    w.first = tiles - ranks + rank;
-    w.end = w.first + 1;
-    if (rank == 0 && w.first > 0) w.first = 0;
-    w.valid = w.end > 0;
-  }
+  w.first = ranks - 1 - rank;
+  w.end = rank == 0 && tiles > ranks ? tiles : w.first + 1;
+  w.valid = w.first < tiles;
   return w;
 }
 
