@@ -160,9 +160,10 @@ def test_matches_reference(case, deterministic):
 
 
 @MODES
-def test_long_sequence_among_short(deterministic):
-    lens = [16384] + [37, 1, 0, 129, 64, 500] * 8
-    q, k, v, dout = make_inputs(lens, lens, 2, 1, 128, torch.bfloat16, seed=1)
+@pytest.mark.parametrize("d", [128, 64])  # at d64 past 4096 queries, the forward's three consumers
+def test_long_sequence_among_short(deterministic, d):
+    lens = [16384] + [37, 1, 0, 129, 64, 500, 191, 192, 193] * 8
+    q, k, v, dout = make_inputs(lens, lens, 2, 1, d, torch.bfloat16, seed=1)
     cu = cu_of(lens)
     got = run_kernel(q, k, v, dout, cu, cu, lens, lens, True, (-1, -1), 0.0, deterministic)
     ref = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, torch.float32)

@@ -48,10 +48,9 @@ namespace varpack::cuda {
 // tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
-// P^T and dS^T. EarlyDv: dV += P^T dO issued as soon as P^T is ready, before dS^T is computed,
-// instead of with dK += dS^T Q after it (FlashAttention 3's order).
+// P^T and dS^T.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, bool EarlyDv = false>
+          bool PingPong = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -60,7 +59,6 @@ struct HopperBackwardTile {
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
-  static constexpr bool kEarlyDv = EarlyDv;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
@@ -403,40 +401,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         st[4 * i + c] = pr;
         if constexpr (kSoftcap) dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col]) * slope;
       }
-    // P^T and dS^T as register A operands over the query dimension (k-step kk = query octets 2kk,
-    // 2kk + 1); dS^T also into shared memory for the dQ product. dV += P^T dO and dK += dS^T Q:
-    // B = dO, Q read MN-major (rows = queries).
-    uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
-    auto pack_p = [&](int i, int r) {
-      pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
-    };
-    // dV's and dK's k-steps; issued together, alternately, so that consecutive products do not
-    // wait on the same accumulators.
-    auto issue_dv = [&](int kk) {
-      Wgmma<T, kOwnCols>::template rs<1>(
-          dv, pf[kk], gmma_desc(dob + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
-    };
-    auto issue_dk = [&](int kk) {
-      Wgmma<T, kOwnCols>::template rs<1>(
-          dk, dsf[kk], gmma_desc(qb + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
-    };
-    if constexpr (Cfg::kEarlyDv) {
-      // dV's product goes out as soon as P^T is packed, so it runs while dP^T lands and dS^T is
-      // computed (FlashAttention 3's order); dK's follows once dS^T is.
-#pragma unroll
-      for (int i = 0; i < kBM / 8; ++i)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) pack_p(i, r);
-      pin_registers(dv);
-      begin_turn();
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBM / 16; ++kk) issue_dv(kk);
-      wgmma_commit();
-      end_turn();
-    }
     if constexpr (!kSoftcap) {
-      wgmma_wait<Cfg::kEarlyDv ? 1 : 0>();  // dP^T (dV's product, issued after it, may run on)
+      wgmma_wait<0>();
       pin_registers(dpt);
 #pragma unroll
       for (int i = 0; i < kBM / 8; ++i)
@@ -445,11 +411,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       pin_registers(dpt);
     }
+    // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
+    // and dS^T into shared memory for the dQ product.
+    uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
 #pragma unroll
     for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        if constexpr (!Cfg::kEarlyDv) pack_p(i, r);
+        pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
         dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
         if constexpr (kAtomicDq)
           st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
@@ -457,14 +426,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     if constexpr (kAtomicDq) fence_proxy_async();
 
-    if constexpr (!Cfg::kEarlyDv) pin_registers(dv);  // (else its product is in flight)
+    // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries).
+    pin_registers(dv);
     pin_registers(dk);
     begin_turn();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) {
-      if constexpr (!Cfg::kEarlyDv) issue_dv(kk);
-      issue_dk(kk);
+      Wgmma<T, kOwnCols>::template rs<1>(
+          dv, pf[kk], gmma_desc(dob + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
+      Wgmma<T, kOwnCols>::template rs<1>(
+          dk, dsf[kk], gmma_desc(qb + own_cols + kk * 2048, QTile::kBlockBytes, 1024), 1);
     }
     wgmma_commit();
     end_turn();
@@ -569,15 +541,15 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
                                   });
 }
 
-// The two-pass backward on Hopper with explicit shapes (the experiments time several): Delta, dK
-// and dV without atomics (shape Cfg), then the wgmma dQ pass (shape DqCfg).
-template <class T, class Cfg, class DqCfg = HopperDqConfig<Cfg::kDataD>>
+// The two-pass backward on Hopper with an explicit dK/dV shape (the experiments time several):
+// Delta, dK and dV without atomics, then the wgmma dQ pass.
+template <class T, class Cfg>
 void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* workspace,
                                    cudaStream_t stream) {
   float* delta = static_cast<float*>(workspace);
   launch_delta<T, Cfg::kDataD>(p, delta, nullptr, stream);
   launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, stream);
-  launch_hopper_dq_pass<T, DqCfg>(p, delta, stream);
+  launch_hopper_dq_pass<T, HopperDqConfig<Cfg::kDataD>>(p, delta, stream);
 }
 
 // The backward on Hopper: atomic dQ in the one kernel, or dK and dV there and dQ by the wgmma dQ

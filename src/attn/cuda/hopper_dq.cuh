@@ -34,10 +34,8 @@ namespace varpack::cuda {
 // 64-key tiles at D = 128. DataD: the head dim in memory where it is not a multiple of 64 (as in
 // HopperForwardTile: D, the tiles' columns, is the next one up; the columns past DataD are zeros in
 // shared memory and left out of every product and of dQ). OutCols: dQ's columns staged at a time
-// (WarpRowsOut), fewer than DataD where shared memory is short. DeferDqWait: a tile's dQ += dS K
-// is waited for only with the next tile's S and dP (issued right behind it), not before them.
-template <int D, int BlockN, int Stages, int DataD = D, int OutCols = DataD,
-          bool DeferDqWait = false>
+// (WarpRowsOut), fewer than DataD where shared memory is short.
+template <int D, int BlockN, int Stages, int DataD = D, int OutCols = DataD>
 struct HopperDqTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -47,7 +45,6 @@ struct HopperDqTile {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = BlockN;
   static constexpr int kStages = Stages;
-  static constexpr bool kDeferDqWait = DeferDqWait;
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   using QTile = GmmaTile<kBlockM, D>;
@@ -163,7 +160,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     named_barrier_sync(1 + wg, kTurnThreads);
     pin_registers(s);
     pin_registers(dp);
-    if constexpr (!Cfg::kDeferDqWait) pin_registers(dq);  // (else tile t - 1's product is on it)
+    pin_registers(dq);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDataD / 16; ++kk) {
@@ -177,11 +174,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
     named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
-    wgmma_wait<0>();  // S and dP (and with kDeferDqWait tile t - 1's dQ product, issued before)
-    if constexpr (Cfg::kDeferDqWait) {
-      pin_registers(dq);
-      if (t > 0) ring.release_k(t - 1, lane);
-    }
+    wgmma_wait<0>();
     ring.release_v(t, lane);
     pin_registers(s);
     pin_registers(dp);
@@ -217,16 +210,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence();
     wgmma_rs_mn_major<T, kDataD, KvTile>(dq, ds, ring.k_stage(t));
     wgmma_commit();
-    if constexpr (!Cfg::kDeferDqWait) {
-      wgmma_wait<0>();
-      pin_registers(dq);
-      ring.release_k(t, lane);
-    }
-  }
-  if constexpr (Cfg::kDeferDqWait) {
     wgmma_wait<0>();
     pin_registers(dq);
-    if (num_tiles > 0) ring.release_k(num_tiles - 1, lane);
+    ring.release_k(t, lane);
   }
 
   using RowsOut = WarpRowsOut<T, kDataD, Cfg::kOutCols>;

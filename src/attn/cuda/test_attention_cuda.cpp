@@ -270,6 +270,12 @@ int main(int argc, char** argv) {
     cases.push_back({DType::bf16, d, 4, 2, true, -1, -1, 2.f, kl, kl});         // softcap
     cases.push_back({DType::f16, d, 2, 1, false, -1, -1, 3.f, {1000, 65, 0, 385}, {1000, 65, 0, 385}});
   }
+  // Last (cases 42 and 43, which scripts/gpu_run.sh sanitizes): head dim 64 with a sequence past
+  // 4096 queries, where the Hopper forward takes three consumers (192-query tiles, hence lengths at
+  // 192's edges): causal; then GQA with a window and softcap (the window keeps the reference quick).
+  const std::vector<int32_t> past_4096{4200, 3, 0, 191, 192, 193, 1};
+  cases.push_back({DType::bf16, 64, 1, 1, true, -1, -1, 0.f, past_4096, past_4096});
+  cases.push_back({DType::f16, 64, 4, 2, true, 256, -1, 5.f, past_4096, past_4096});
   const size_t first = argc > 3 ? std::min(cases.size(), static_cast<size_t>(std::atoi(argv[3]))) : 0;
   const size_t count = argc > 2 ? static_cast<size_t>(std::atoi(argv[2])) : cases.size();
   const size_t end = std::min(cases.size(), first + count);

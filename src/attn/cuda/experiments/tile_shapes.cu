@@ -80,19 +80,14 @@ int main(int argc, char** argv) {
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
-      // dV's product issued before dS^T is computed (EarlyDv, FlashAttention 3's order).
-      {"wgmma bwd early dV", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
       // Deterministic mode: Hopper dK/dV, then the wgmma dQ pass.
       {"wgmma det bwd (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
       {"wgmma det bwd, dK/dV pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, true>>(p, ws, nullptr); }, false, 128},
-      {"wgmma det bwd, dK/dV early dV", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
-      // The dQ pass waiting for a tile's dQ product only with the next tile's S and dP.
-      {"wgmma det bwd, dQ pass deferred wait", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<128>, HopperDqTile<128, 64, 2, 128, 128, true>>(p, ws, nullptr); }, false, 128},
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 (lib to 4096 queries)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
-      {"wgmma fwd d64 3 consumers pp 2st", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 3 consumers (lib past 4096)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr); }, true, 64},
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr); }, true, 256},
@@ -102,7 +97,6 @@ int main(int argc, char** argv) {
       {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d256 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 256>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d256 two passes, no pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true>>(p, ws, nullptr); }, false, 256},
-      {"wgmma bwd d256 two passes, early dV", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, true, true>>(p, ws, nullptr); }, false, 256},
       // Head dim 96: the Hopper kernel on d128's tiles (columns past 96 zero).
       {"mma fwd d96 (sm_80)", [](auto& p, void*) { launch_forward<T, 96>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr); }, true, 96},
@@ -111,13 +105,11 @@ int main(int argc, char** argv) {
       {"mma bwd d96 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 96>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 two passes, pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 96, false, true>>(p, ws, nullptr); }, false, 96},
-      {"wgmma bwd d96 two passes, early dV", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 atomic q128 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 two passes, no pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d64 two passes, dQ deferred wait", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<64>, HopperDqTile<64, 64, 2, 64, 64, true>>(p, ws, nullptr); }, false, 64},
   };
   struct Point {
     std::string name;
