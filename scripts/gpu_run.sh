@@ -135,9 +135,10 @@ if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
     compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 7 30
   step tests.log racecheck_d96_d256 "${SANITIZE_S:-150}" \
     compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3 23
-  # d64 past 4096 queries (the forward's three consumers): cases 42 and 43.
+  # d64 past 4096 queries (the forward's three consumers): cases 42 and 43; with scores of
+  # standard deviation 6 (the forward's lazy rescaling takes both branches): 44 and 45.
   step tests.log memcheck_d64_long "${SANITIZE_S:-120}" \
-    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2 42
+    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 4 42
   step tests.log racecheck_d64_long "${SANITIZE_S:-150}" \
     compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2 42
 fi

@@ -41,9 +41,12 @@ namespace varpack::cuda {
 // OutCols: the output columns staged at a time (WarpRowsOut), fewer than D where shared memory is
 // short. DataD: the head dim in memory, where it is not a multiple of 64: D (the tiles' columns,
 // whole 64-column blocks) is the next one up, and the columns past DataD are zeros in shared memory
-// and left out of S = Q K^T's reduction and of the output.
+// and left out of S = Q K^T's reduction and of the output. LazyRescale: a row keeps its running
+// maximum until a tile's exceeds it by more than 2^8 (in exp2's units), so that O and the row sum
+// are rescaled only then, not at every tile; P = exp2(s - max) is then at most 256, exact
+// arithmetic either way (the sum and the output are taken against the same maximum).
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
-          int ConsumerRegisters, int OutCols = D, int DataD = D>
+          int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = true>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -56,6 +59,7 @@ struct HopperForwardTile {
   static constexpr bool kPingPong = PingPong && Consumers > 1;
   static constexpr int kProducerRegisters = ProducerRegisters;
   static constexpr int kConsumerRegisters = ConsumerRegisters;
+  static constexpr bool kLazyRescale = LazyRescale;
   static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
                 "the register file holds every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
@@ -265,12 +269,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx);
+      float m_new = fmaxf(row_max[r], mx);
+      if constexpr (Cfg::kLazyRescale) {
+        // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
+        // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
+        if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
+      }
       // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
       const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
-      alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
-      row_max[r] = m_new;
-      row_sum[r] *= alpha[r];
+      if (m_new != row_max[r]) {
+        alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
+        row_max[r] = m_new;
+        row_sum[r] *= alpha[r];
+      } else {
+        alpha[r] = 1.f;
+      }
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
         s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
@@ -283,10 +296,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // layout of k-step kk.
   auto rescale_and_pack = [&](const float (&s)[kBN / 2], const float (&alpha)[2]) {
     pin_registers(o);
+    if (!Cfg::kLazyRescale || alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
+      for (int i = 0; i < D / 8; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) o[4 * i + c] *= alpha[c / 2];
+        for (int c = 0; c < 4; ++c) o[4 * i + c] *= alpha[c / 2];
+    }
 #pragma unroll
     for (int i = 0; i < kBN / 8; ++i)
 #pragma unroll

@@ -1,8 +1,9 @@
 // Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
 // mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64, 256 and 96,
-// causal), and checks each against the first of its kind at its head dim (max |difference|), so
-// that a shape change in HopperForwardConfig / HopperBackwardConfig rests on a measurement.
+// causal; some forward variants with softcap 30), and checks each against the first of its kind at
+// its head dim (max |difference|), so that a shape change in HopperForwardConfig /
+// HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
 // it (e.g. "bwd").
 #include <cuda_runtime.h>
@@ -54,7 +55,8 @@ struct Variant {
   std::string name;
   std::function<void(const AttentionBackwardParams&, void*)> run;
   bool forward;
-  int d;  // head dim
+  int d;                 // head dim
+  bool softcap = false;  // run with softcap 30 (a forward checked against the first such)
 };
 
 }  // namespace
@@ -77,6 +79,10 @@ int main(int argc, char** argv) {
       // Launched by chunks of sequences, each rank after rank (LaunchOrder; an experiment).
       {"wgmma fwd by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 128},
       {"wgmma fwd 4 heads/block by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kByChunks); }, true, 128},
+      // O and the row sums rescaled at every tile (LazyRescale off).
+      {"wgmma fwd rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false>>(p, nullptr); }, true, 128},
+      {"wgmma fwd softcap (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128, true},
+      {"wgmma fwd softcap, rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false>>(p, nullptr); }, true, 128, true},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
@@ -88,10 +94,13 @@ int main(int argc, char** argv) {
       {"wgmma fwd d64 (lib to 4096 queries)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
       {"wgmma fwd d64 3 consumers (lib past 4096)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 3 consumers, rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false>>(p, nullptr); }, true, 64},
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, false>>(p, nullptr); }, true, 256},
       // The mma.sync d256 backward (atomic dQ; the library's on sm_80) and the Hopper one (two
       // passes, dK/dV split by columns over 64-key blocks).
       {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
@@ -100,6 +109,7 @@ int main(int argc, char** argv) {
       // Head dim 96: the Hopper kernel on d128's tiles (columns past 96 zero).
       {"mma fwd d96 (sm_80)", [](auto& p, void*) { launch_forward<T, 96>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr); }, true, 96},
+      {"wgmma fwd d96 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false>>(p, nullptr); }, true, 96},
       // The mma.sync d96 backward (atomic dQ; the library's on sm_80) and the Hopper one (two
       // passes on d128's tiles).
       {"mma bwd d96 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 96>(p, ws, nullptr); }, false, 96},
@@ -149,6 +159,11 @@ int main(int argc, char** argv) {
     for (const Point& pt : points) {
       double flops = 0;
       const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
+      AttentionBackwardParams capped = p;
+      capped.softcap = 30.f;
+      auto params_of = [&](const Variant& v) -> const AttentionBackwardParams& {
+        return v.softcap ? capped : p;
+      };
       const int64_t n = p.total_q * heads * d;
       reference_forward(p, d);  // so that the backward variants are timed on real output and lse
       // The head dim's variants timed interleaved (bench::interleaved_median_ms: timed one after
@@ -157,13 +172,13 @@ int main(int argc, char** argv) {
       std::vector<size_t> which;
       for (size_t i = 0; i < variants.size(); ++i)
         if (variants[i].d == d) {
-          calls.push_back([&, i] { variants[i].run(p, ws); });
+          calls.push_back([&, i] { variants[i].run(params_of(variants[i]), ws); });
           which.push_back(i);
         }
       const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
       for (size_t j = 0; j < which.size(); ++j) best[which[j]] = medians[j];
-      std::vector<uint16_t> ref_out, ref_grads;
+      std::vector<uint16_t> ref_out, ref_capped, ref_grads;
       for (size_t i = 0; i < variants.size(); ++i) {
         const Variant& var = variants[i];
         if (var.d != d) continue;
@@ -171,7 +186,7 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaDeviceSynchronize());
         // The sm_80 library forward's output (and lse) feed every backward variant.
         if (!var.forward && ref_grads.empty()) reference_forward(p, d);
-        var.run(p, ws);  // the output checked is this variant's own
+        var.run(params_of(var), ws);  // the output checked is this variant's own
         CHECK_CUDA(cudaDeviceSynchronize());
         std::vector<uint16_t> got = var.forward ? fetch(problem.out, n) : fetch(problem.dq, n);
         if (!var.forward) {
@@ -179,7 +194,7 @@ int main(int argc, char** argv) {
           got.insert(got.end(), a.begin(), a.end());
           got.insert(got.end(), b.begin(), b.end());
         }
-        std::vector<uint16_t>& ref = var.forward ? ref_out : ref_grads;
+        std::vector<uint16_t>& ref = !var.forward ? ref_grads : var.softcap ? ref_capped : ref_out;
         if (ref.empty()) ref = got;
         std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
                     (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
