@@ -136,9 +136,9 @@ if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
   step tests.log racecheck_d96_d256 "${SANITIZE_S:-150}" \
     compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3 23
   # d64 past 4096 queries (the forward's three consumers): cases 42 and 43; with scores of
-  # standard deviation 6 (the forward's lazy rescaling takes both branches): 44 and 45.
+  # standard deviation 6: 44-46 (46: d256, whose forward's lazy rescaling takes both branches).
   step tests.log memcheck_d64_long "${SANITIZE_S:-120}" \
-    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 4 42
+    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 5 42
   step tests.log racecheck_d64_long "${SANITIZE_S:-150}" \
     compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2 42
 fi

@@ -46,7 +46,7 @@ namespace varpack::cuda {
 // are rescaled only then, not at every tile; P = exp2(s - max) is then at most 256, exact
 // arithmetic either way (the sum and the output are taken against the same maximum).
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
-          int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = true>
+          int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -103,12 +103,20 @@ struct HopperForwardTile {
 // - d96 on d128's tiles, its columns past 96 zero: 327 / 475 / 546 / 369 (11:12 UTC, O += P V over
 //   the 96 columns; over all 128, 11:05 UTC: 317 / 455 / 508 / 360) against the mma.sync forward's
 //   212 / 270 / 290 / 219.
+// - Lazy rescaling (LazyRescale), one call (2026-12-01 15:31 UTC), lazy against every tile at 64 x
+//   1k / 16 x 4k / 4 x 16k / mixed / 3% / 25% padding: d256 451 / 638 / 714 / 541 / 612 / 576
+//   against 442 / 593 / 654 / 519 / 564 / 547 (O's 128 columns per thread against 32 scores per
+//   64-key tile: the rescale is most of the softmax's arithmetic); but d128 385 / 536 / 582 / 430
+//   / 506 / 462 against 395 / 553 / 593 / 444 / 517 / 475, d64 and d96 2-4% slower too (32 or 64
+//   of O's values per thread against 64 scores per tile: the branch and its compares cost more
+//   than the multiplies saved), softcap at d128 equal. So at d256 only.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
           D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240>,
-          std::conditional_t<D == 256, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>,
+          std::conditional_t<D == 256,
+                             HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D>>> {};
 
@@ -270,19 +278,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       float m_new = fmaxf(row_max[r], mx);
+      float m_use;
       if constexpr (Cfg::kLazyRescale) {
         // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
         // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
         if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
-      }
-      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
-      const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
-      if (m_new != row_max[r]) {
+        m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+        if (m_new != row_max[r]) {
+          alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
+          row_max[r] = m_new;
+          row_sum[r] *= alpha[r];
+        } else {
+          alpha[r] = 1.f;
+        }
+      } else {
+        // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+        m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
         alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
         row_max[r] = m_new;
         row_sum[r] *= alpha[r];
-      } else {
-        alpha[r] = 1.f;
       }
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
