@@ -13,7 +13,8 @@
 #   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench: both benchmarks (the standalone one on both kernel paths); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
-#   TUNE_ONLY=bwd: only the variants whose name holds "bwd");
+#   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
+#   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_KERNELS: which, default the forward, the backward and its two
 #   row passes), with per-instruction stall samples of the backward in ncu_backward_sass.csv and
@@ -85,7 +86,7 @@ if [[ $want == *" test "* ]]; then
       pytest -q -ra tests/python/test_cuda_attention.py
 fi
 if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
-  step bench.log tile_shapes 330 build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
+  step bench.log tile_shapes "${TUNE_S:-330}" build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
 fi
 if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
   # The backward's two row passes too: at short sequences they are a large part of its time.

@@ -5,7 +5,8 @@
 // its head dim (max |difference|), so that a shape change in HopperForwardConfig /
 // HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
-// it (e.g. "bwd").
+// it, or any of its '|'-separated parts (e.g. "bwd", "(lib|lazy"); TUNE_POINTS=16x4k,4x16k keeps
+// those points (so that a call's time goes to the variants and points that decide something).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
       // Launched by chunks of sequences, each rank after rank (LaunchOrder; an experiment).
       {"wgmma fwd by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 128},
       {"wgmma fwd 4 heads/block by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kByChunks); }, true, 128},
+      // More heads per block, against the per-head start and end that weigh at 1k (not yet run).
+      {"wgmma fwd 8 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 8); }, true, 128},
+      {"wgmma fwd 16 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 16); }, true, 128},
       // O and the row sums rescaled only past a jump of the row maximum (LazyRescale).
       {"wgmma fwd lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true>>(p, nullptr); }, true, 128},
       {"wgmma fwd softcap (lib)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128, true},
@@ -142,10 +146,24 @@ int main(int argc, char** argv) {
     sized.total_q = rows;
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
+  // The parts of a list ("a|b", "a,b"): kept where a name holds one of them.
+  auto holds_one_of = [](const std::string& name, const std::string& list, char separator) {
+    size_t start = 0;
+    while (start <= list.size()) {
+      const size_t end = std::min(list.find(separator, start), list.size());
+      if (end > start && name.find(list.substr(start, end - start)) != std::string::npos) return true;
+      start = end + 1;
+    }
+    return false;
+  };
   if (const char* only = std::getenv("TUNE_ONLY"))
     variants.erase(std::remove_if(variants.begin(), variants.end(),
-                                  [&](const Variant& v) { return v.name.find(only) == std::string::npos; }),
+                                  [&](const Variant& v) { return !holds_one_of(v.name, only, '|'); }),
                    variants.end());
+  if (const char* only = std::getenv("TUNE_POINTS"))
+    points.erase(std::remove_if(points.begin(), points.end(),
+                                [&](const Point& pt) { return !holds_one_of(pt.name, only, ','); }),
+                 points.end());
   // The sm_80 library forward, whose output and lse feed every backward variant.
   auto reference_forward = [](const AttentionBackwardParams& p, int d) {
     if (d == 128) launch_forward<T, 128>(p, nullptr);
