@@ -16,7 +16,9 @@
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
-#   16 x 4k; 0 = 64 x 1k; PROFILE_KERNELS: which, default the forward, the backward and its two
+#   16 x 4k; 0 = 64 x 1k; PROFILE_SKIP: launches of the kernel skipped (default 2: for
+#   hopper_backward_kernel a deterministic-mode launch, 6 the first atomic one);
+#   PROFILE_KERNELS: which, default the forward, the backward and its two
 #   row passes), with per-instruction stall samples of the backward in ncu_backward_sass.csv and
 #   of the forward in ncu_forward_sass.csv;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
@@ -94,6 +96,7 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
   for kernel in ${PROFILE_KERNELS:-hopper_forward_kernel hopper_backward_kernel delta_kernel dq_convert_kernel}; do
     skip=2
     [ $kernel = delta_kernel ] && skip=8
+    skip=${PROFILE_SKIP:-$skip}  # 6 with hopper_backward_kernel: the first atomic-mode launch
     step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
       --launch-skip $skip --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
