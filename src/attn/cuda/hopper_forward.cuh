@@ -539,8 +539,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   check_launch("the Hopper forward kernel");
 }
 
-// d64 past 4096 queries: three consumers (192-query tiles, 160 registers each, two stages; they
-// spill 52-332 bytes). Measured on the H200 (bf16, causal, 16 heads, tile_shapes with the variants
+// d64 past 4096 queries: three consumers (192-query tiles, 160 registers each, two stages; ptxas
+// spills 4 bytes, 52 with softcap). Measured on the H200 (bf16, causal, 16 heads, tile_shapes with the variants
 // interleaved, 2026-12-01 15:04 UTC), TFLOP/s two consumers -> three: 4 x 16k 410 -> 471, 16 x
 // 4096 at 3% padding 358 -> 390, 16 x 4k 385 -> 392; but 64 x 1k 274 -> 205, mixed lengths
 // 4096..17 283 -> 271 and 16 x 4096 at 25% padding 325 -> 319 (short sequences leave more of a
