@@ -108,6 +108,26 @@ def assert_equal_up_to_atomic_order(a, b, name):
         f"{name} differs by {max_err(a, b):.3e} (values up to {scale:.3e})")
 
 
+def assert_outputs_match(got, ref, low):
+    """out, dq, dk, dv finite and within a small multiple of the error that the same arithmetic in
+    the inputs' dtype (low) makes against fp32 (ref)."""
+    for name, i, factor in (("out", 0, 2), ("dq", 2, 3), ("dk", 3, 3), ("dv", 4, 3)):
+        assert torch.isfinite(got[i]).all(), f"{name} has non-finite values"
+        err, base = max_err(got[i], ref[i]), max_err(low[i], ref[i])
+        assert err <= factor * base + 1e-4, f"{name}: max error {err:.3e} > {factor} x {base:.3e}"
+
+
+def causal_self_attention_checked(q, k, v, dout, lens, deterministic):
+    """The kernel on one causal batch (q and k of the same lengths), its outputs checked against
+    the references; returns the kernel's outputs and the fp32 reference's."""
+    cu = cu_of(lens)
+    got = run_kernel(q, k, v, dout, cu, cu, lens, lens, True, (-1, -1), 0.0, deterministic)
+    ref = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, torch.float32)
+    low = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, q.dtype)
+    assert_outputs_match(got, ref, low)
+    return got, ref
+
+
 MODES = pytest.mark.parametrize("deterministic", [True, False], ids=["determ", "atomic"])
 
 
@@ -149,10 +169,7 @@ def test_matches_reference(case, deterministic):
     got = run_kernel(q, k, v, dout, cu_q, cu_k, lq, lk, causal, window, softcap, deterministic)
     ref = run_reference(q, k, v, dout, cu_q, cu_k, causal, window, softcap, torch.float32)
     low = run_reference(q, k, v, dout, cu_q, cu_k, causal, window, softcap, dtype)
-    for name, i, factor in (("out", 0, 2), ("dq", 2, 3), ("dk", 3, 3), ("dv", 4, 3)):
-        assert torch.isfinite(got[i]).all(), f"{name} has non-finite values"
-        err, base = max_err(got[i], ref[i]), max_err(low[i], ref[i])
-        assert err <= factor * base + 1e-4, f"{name}: max error {err:.3e} > {factor} x {base:.3e}"
+    assert_outputs_match(got, ref, low)
     # lse: fp32 arithmetic on the same inputs; +inf exactly where no key is visible.
     assert torch.equal(torch.isinf(got[1]), torch.isinf(ref[1]))
     fin = torch.isfinite(ref[1])
@@ -164,13 +181,7 @@ def test_matches_reference(case, deterministic):
 def test_long_sequence_among_short(deterministic, d):
     lens = [16384] + [37, 1, 0, 129, 64, 500, 191, 192, 193] * 8
     q, k, v, dout = make_inputs(lens, lens, 2, 1, d, torch.bfloat16, seed=1)
-    cu = cu_of(lens)
-    got = run_kernel(q, k, v, dout, cu, cu, lens, lens, True, (-1, -1), 0.0, deterministic)
-    ref = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, torch.float32)
-    low = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, torch.bfloat16)
-    for name, i, factor in (("out", 0, 2), ("dq", 2, 3), ("dk", 3, 3), ("dv", 4, 3)):
-        err, base = max_err(got[i], ref[i]), max_err(low[i], ref[i])
-        assert err <= factor * base + 1e-4, f"{name}: max error {err:.3e} > {factor} x {base:.3e}"
+    causal_self_attention_checked(q, k, v, dout, lens, deterministic)
 
 
 @MODES
@@ -180,14 +191,7 @@ def test_scores_whose_row_maximum_jumps(deterministic, d):
     # by more than 2^8 from one key tile to the next (the Hopper forward at d256 rescales only then).
     lens = [5000, 700, 129, 1]
     q, k, v, dout = make_inputs(lens, lens, 2, 1, d, torch.bfloat16, seed=3)
-    q = q * 6
-    cu = cu_of(lens)
-    got = run_kernel(q, k, v, dout, cu, cu, lens, lens, True, (-1, -1), 0.0, deterministic)
-    ref = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, torch.float32)
-    low = run_reference(q, k, v, dout, cu, cu, True, (-1, -1), 0.0, torch.bfloat16)
-    for name, i, factor in (("out", 0, 2), ("dq", 2, 3), ("dk", 3, 3), ("dv", 4, 3)):
-        err, base = max_err(got[i], ref[i]), max_err(low[i], ref[i])
-        assert err <= factor * base + 1e-4, f"{name}: max error {err:.3e} > {factor} x {base:.3e}"
+    got, ref = causal_self_attention_checked(q * 6, k, v, dout, lens, deterministic)
     fin = torch.isfinite(ref[1])
     assert max_err(got[1][fin], ref[1][fin]) < 1e-3
 

@@ -278,25 +278,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       float m_new = fmaxf(row_max[r], mx);
-      float m_use;
       if constexpr (Cfg::kLazyRescale) {
         // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
         // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
         if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
-        m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
-        if (m_new != row_max[r]) {
-          alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
-          row_max[r] = m_new;
-          row_sum[r] *= alpha[r];
-        } else {
-          alpha[r] = 1.f;
-        }
-      } else {
-        // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
-        m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+      }
+      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+      const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+      if (!Cfg::kLazyRescale || m_new != row_max[r]) {
         alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
         row_max[r] = m_new;
         row_sum[r] *= alpha[r];
+      } else {
+        alpha[r] = 1.f;
       }
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
