@@ -6,7 +6,7 @@
 # $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
 # Needs only what the GPU image has (torch with CUDA, nvcc, cmake): neither build uses simdjson, so
 # nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
-# Usage: scripts/gpu_run.sh [notorch] [test] [bench] [sanitize] [tune] [profile]
+# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [sanitize] [tune] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
@@ -19,10 +19,13 @@
 #   16 x 4k; 0 = 64 x 1k; PROFILE_SKIP: launches of the kernel skipped (default 2: for
 #   hopper_backward_kernel a deterministic-mode launch, 6 the first atomic one);
 #   PROFILE_KERNELS: which, default the forward, the backward and its two
-#   row passes), with per-instruction stall samples of the backward in ncu_backward_sass.csv and
+#   row passes; PROFILE_EXTRA: more ncu arguments, e.g. "--section MemoryWorkloadAnalysis_Tables"), with per-instruction stall samples of the backward in ncu_backward_sass.csv and
 #   of the forward in ncu_forward_sass.csv;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
-#   the standalone library, test and benchmark alone, the quickest full check of the kernels.
+#   the standalone library, test and benchmark alone, the quickest full check of the kernels;
+#   quick: test runs the standalone test once (Hopper kernels, the library's launch order) and
+#   sanitize the memcheck and racecheck of that order alone (for a change to one kernel late in a
+#   session's device time).
 #   SANITIZE_S=60 caps each sanitizer step at 60 s (default 120 and 150).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +62,8 @@ experiments=OFF
 [[ $want == *" tune "* ]] && experiments=ON
 torch=1
 [[ $want == *" notorch "* ]] && torch=0
+quick=0
+[[ $want == *" quick "* ]] && quick=1
 jobs=$((torch ? 8 : 16))  # the torch build takes the other 8 cores
 (cmake -S src/attn/cuda -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
    -DVARPACK_CUDA_EXPERIMENTS=$experiments -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
@@ -76,11 +81,11 @@ cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
 if [[ $want == *" test "* ]]; then
   [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
   [ -x build-gpu/test_attention_cuda ] &&
-    step tests.log standalone_test 120 build-gpu/test_attention_cuda &&
+    step tests.log standalone_test 120 build-gpu/test_attention_cuda && [ $quick = 0 ] &&
     VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
     VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=sequence step tests.log standalone_by_sequence \
       120 build-gpu/test_attention_cuda
-  [ -x build-gpu/test_attention_cuda ] &&
+  [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
     tests/python/test_cuda_attention.py &&
@@ -100,7 +105,8 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
     step ncu.txt "ncu_$kernel" 120 ncu --clock-control none --kernel-name "regex:$kernel" \
       --launch-skip $skip --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
-      --section ComputeWorkloadAnalysis --section SourceCounters -o "/tmp/ncu_$kernel" -f \
+      --section ComputeWorkloadAnalysis --section SourceCounters ${PROFILE_EXTRA:-} \
+      -o "/tmp/ncu_$kernel" -f \
       build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" &&
       ncu -i "/tmp/ncu_$kernel.ncu-rep" --page details >>"$out/ncu.txt" 2>&1
   done
@@ -125,13 +131,17 @@ fi
 # chunks, a forward block then takes several query tiles).
 if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
   export VARPACK_HEADS_PER_BLOCK=4
-  for order in chunks sequence; do
+  orders="chunks sequence"
+  [ $quick = 1 ] && orders=chunks
+  for order in $orders; do
     VARPACK_LAUNCH_ORDER=$order step tests.log "memcheck_$order" "${SANITIZE_S:-120}" \
       compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
     VARPACK_LAUNCH_ORDER=$order step tests.log "racecheck_$order" "${SANITIZE_S:-150}" \
       compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
   done
   unset VARPACK_HEADS_PER_BLOCK
+fi
+if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ]; then
   # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 30-36
   # (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck on 23-25
   # (d96 causal MQA, d256 with and without causal masking).

@@ -49,8 +49,12 @@ namespace varpack::cuda {
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
+// ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
+// between them; each lane issues its rows' bulk reductions one after the other). EagerDqRelease:
+// the reducing warps free a dQ buffer as soon as its reductions have read it, instead of once the
+// next tile's dQ has been handed to them as well.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false>
+          bool PingPong = false, int ReducerWarps = 1, bool EagerDqRelease = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -59,12 +63,15 @@ struct HopperBackwardTile {
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
+  static_assert(ReducerWarps == 1 || ReducerWarps == 2, "producer warps 2 and 3");
+  static constexpr int kReducerWarps = ReducerWarps;
+  static constexpr bool kEagerDqRelease = EagerDqRelease;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
   static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
   static constexpr int kComputeThreads = 256;
-  static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; warp 2 reduces dQ
+  static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; then the reducing warps
   static constexpr int kProducerRegisters = 24;
   static constexpr int kComputeRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
@@ -113,7 +120,7 @@ struct HopperBackwardTile {
 // warpgroup ping-pong (176 / 255 / 287), deferring dV/dK by an iteration (168 / 242 / 267) or
 // one-warpgroup blocks (159 / 201 / 212) did not help.
 template <int D>
-struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
+struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2, D, false, false, 2, true> {};
 // Head dim 64: 128-query tiles, half as many tiles, barriers and dQ hand-offs per block (dK and
 // dV take half of d128's registers, so S^T and dP^T of 128 queries fit beside them). Measured on
 // the H200 (bf16, d64, causal, 16 heads, experiments/tile_shapes.cu, one run, 2026-12-01): 64 x 1k
@@ -164,7 +171,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
   constexpr int kDqCols = Cfg::kDqCols;
-  constexpr int kDqHandoff = Cfg::kComputeThreads + 32;  // compute threads + the reducing warp
+  // The compute threads + the reducing warps.
+  constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -265,12 +273,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (kAtomicDq && warp == 2 && iters > 0) {
+    } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
-      // compute warpgroups' next use of it waits for) once its reductions have read it.
+      // compute warpgroups' next use of it waits for) once its reductions have read it: at once
+      // (kEagerDqRelease), or after the next tile's reductions are issued.
       constexpr int kBuffers = Cfg::kDqBuffers;
-      const int lane = static_cast<int>(threadIdx.x) % 32;
+      const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
+      constexpr int kRowStep = 32 * Cfg::kReducerWarps;
       for (int b = 0; b < kBuffers && b < iters; ++b) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       for (int it = 0; it < iters; ++it) {
         const int b = it % kBuffers;
@@ -279,14 +289,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t left = seq.q_len - m0;
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
         named_barrier_sync(kDqFull + b, kDqHandoff);
-        for (int r = lane; r < rows; r += 32)
+        for (int r = first_row; r < rows; r += kRowStep)
           bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
                               sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
         bulk_commit();
-        // The oldest buffer still being read, tile it - kBuffers + 1's, is free for tile it + 1.
-        bulk_wait_read<kBuffers - 1>();
-        if (it + 1 >= kBuffers && it + 1 < iters)
-          named_barrier_arrive(kDqEmpty + (it + 1) % kBuffers, kDqHandoff);
+        if constexpr (Cfg::kEagerDqRelease) {
+          bulk_wait_read<0>();
+          if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+        } else {
+          // The oldest buffer still being read, tile it - kBuffers + 1's, is free for tile it + 1.
+          bulk_wait_read<kBuffers - 1>();
+          if (it + 1 >= kBuffers && it + 1 < iters)
+            named_barrier_arrive(kDqEmpty + (it + 1) % kBuffers, kDqHandoff);
+        }
       }
       bulk_wait_read<0>();
     }
@@ -429,7 +444,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries). With atomic dQ, dV's
     // product, then dQ's, then dK's, so that dQ goes to the reducing warp while dK's product is
     // still on the tensor cores (FlashAttention 3's order). Measured on the H200 (bf16, d128,
-    // causal, 16 heads, tile_shapes, 2026-12-01 16:45 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
+    // causal, 16 heads, tile_shapes, 2026-12-01 16:36 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
     // / mixed / 25% padding: 272.5 / 404.0 / 462.1 / 356.8 / 373.0, against 269.8 / 400.3 / 450.9 /
     // 353.5 / 370.0 with dV's and dK's products first and dQ's after, all three waited for before
     // the hand-off. Issuing the next tile's S^T product before waiting for dK's (so that the tensor
