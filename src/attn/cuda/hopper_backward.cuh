@@ -1,19 +1,19 @@
 // Varlen attention backward on Hopper's wgmma (sm_90a). The atomic-dQ mode (FlashAttention's
 // default) is this kernel alone; the deterministic mode runs it without dQ (kAtomicDq = false:
-// no dS^T staging, dQ product or reducing warp), then the wgmma dQ pass of hopper_dq.cuh. One block =
-// 128 keys of one kv head; it walks every query tile (of kQueryStep rows, of every q head of its
-// group) that can see its keys. The block is warp-specialized:
+// no dS^T staging, dQ product or reducing warps), then the wgmma dQ pass of hopper_dq.cuh. One
+// block = 128 keys of one kv head; it walks every query tile (of kQueryStep rows, of every q head
+// of its group) that can see its keys. The block is warp-specialized:
 // - all threads load K, V and the first query tile's Q, dO, lse and Delta together; then
 // - a producer warpgroup: two warps load each further query tile into a ring of stages, Q and dO
 //   by the TMA unit (a sequence's last, partial tile by cp.async, which zero-fills the rows past
-//   its end), lse and Delta by cp.async, all counted on an mbarrier per stage; one warp adds each
+//   its end), lse and Delta by cp.async, all counted on an mbarrier per stage; two warps add each
 //   tile's dQ from shared memory to the fp32 accumulator with bulk asynchronous reductions;
 // - two compute warpgroups of 64 keys each. Per tile, each computes S^T = K Q^T and
 //   dP^T = V dO^T from shared memory, turns them into P^T and dS^T in registers, and accumulates
 //   dV += P^T dO and dK += dS^T Q with P^T and dS^T as register operands. dS^T also goes to shared
 //   memory, where after a barrier of the two each computes half of dQ = dS K over all the
 //   block's keys (half of the columns, or of the rows of a 128-query tile), and hands it to the
-//   reducing warp through one of two shared-memory buffers. The compute warpgroups neither issue
+//   reducing warps through one of two shared-memory buffers. The compute warpgroups neither issue
 //   loads nor wait for dQ's global reductions.
 #pragma once
 
@@ -50,11 +50,9 @@ namespace varpack::cuda {
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
 // ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
-// between them; each lane issues its rows' bulk reductions one after the other). EagerDqRelease:
-// the reducing warps free a dQ buffer as soon as its reductions have read it, instead of once the
-// next tile's dQ has been handed to them as well.
+// between them; each warp's lanes issue their rows' bulk reductions one after the other).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, int ReducerWarps = 1, bool EagerDqRelease = false>
+          bool PingPong = false, int ReducerWarps = 2>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -65,7 +63,6 @@ struct HopperBackwardTile {
   static constexpr bool kPingPong = PingPong;
   static_assert(ReducerWarps == 1 || ReducerWarps == 2, "producer warps 2 and 3");
   static constexpr int kReducerWarps = ReducerWarps;
-  static constexpr bool kEagerDqRelease = EagerDqRelease;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
@@ -77,7 +74,7 @@ struct HopperBackwardTile {
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;
-  static constexpr int kDqBuffers = 2;  // the reducing warp reads one while the other fills
+  static constexpr int kDqBuffers = 2;  // the reducing warps read one while the other fills
   // The two compute warpgroups split dQ's kQueryStep x D tile (wgmma rows come in 64s): a 64-row
   // tile by columns, a 128-row one by rows. Each computes kDqRowBlocks == 1 ? all 64 rows x D / 2
   // columns : its own 64 rows x D columns.
@@ -120,7 +117,7 @@ struct HopperBackwardTile {
 // warpgroup ping-pong (176 / 255 / 287), deferring dV/dK by an iteration (168 / 242 / 267) or
 // one-warpgroup blocks (159 / 201 / 212) did not help.
 template <int D>
-struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2, D, false, false, 2, true> {};
+struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // Head dim 64: 128-query tiles, half as many tiles, barriers and dQ hand-offs per block (dK and
 // dV take half of d128's registers, so S^T and dP^T of 128 queries fit beside them). Measured on
 // the H200 (bf16, d64, causal, 16 heads, experiments/tile_shapes.cu, one run, 2026-12-01): 64 x 1k
@@ -152,7 +149,7 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, tru
 enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
-  kDqEmpty = 4,  // + buffer: the reducing warp has read that buffer's previous dQ
+  kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
 };
 
@@ -276,8 +273,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
-      // compute warpgroups' next use of it waits for) once its reductions have read it: at once
-      // (kEagerDqRelease), or after the next tile's reductions are issued.
+      // compute warpgroups' next use of it waits for) as soon as its reductions have read it.
+      // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes, 2026-12-01 16:52 UTC),
+      // TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: two warps 279.5 / 409.5 / 462.1 / 365.5;
+      // one 272.7 / 397.9 / 449.9 / 357.9; one that released a buffer only after the next tile's
+      // reductions were issued 272.1 / 393.9 / 441.6 / 353.1 (two such warps: as fast as these).
+      // The compute warpgroups had waited for the buffer (ncu, 16 x 4k): the issue of 64 reductions
+      // per tile, one lane after the other, was the limit, not L2.
       constexpr int kBuffers = Cfg::kDqBuffers;
       const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
       constexpr int kRowStep = 32 * Cfg::kReducerWarps;
@@ -293,15 +295,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
                               sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
         bulk_commit();
-        if constexpr (Cfg::kEagerDqRelease) {
-          bulk_wait_read<0>();
-          if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
-        } else {
-          // The oldest buffer still being read, tile it - kBuffers + 1's, is free for tile it + 1.
-          bulk_wait_read<kBuffers - 1>();
-          if (it + 1 >= kBuffers && it + 1 < iters)
-            named_barrier_arrive(kDqEmpty + (it + 1) % kBuffers, kDqHandoff);
-        }
+        bulk_wait_read<0>();
+        if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       }
       bulk_wait_read<0>();
     }
@@ -442,7 +437,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (kAtomicDq) fence_proxy_async();
 
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries). With atomic dQ, dV's
-    // product, then dQ's, then dK's, so that dQ goes to the reducing warp while dK's product is
+    // product, then dQ's, then dK's, so that dQ goes to the reducing warps while dK's product is
     // still on the tensor cores (FlashAttention 3's order). Measured on the H200 (bf16, d128,
     // causal, 16 heads, tile_shapes, 2026-12-01 16:36 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
     // / mixed / 25% padding: 272.5 / 404.0 / 462.1 / 356.8 / 373.0, against 269.8 / 400.3 / 450.9 /
@@ -483,7 +478,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<1>();  // dV's and dQ's products
       pin_registers(dq);
 
-      // Hand dQ to the reducing warp. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
       // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
       const int b = it % Cfg::kDqBuffers;
       named_barrier_sync(kDqEmpty + b, kDqHandoff);
