@@ -18,9 +18,10 @@
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_SKIP: launches of the kernel skipped (default 2: for
 #   hopper_backward_kernel a deterministic-mode launch, 6 the first atomic one);
-#   PROFILE_KERNELS: which, default the forward, the backward and its two
-#   row passes; PROFILE_EXTRA: more ncu arguments, e.g. "--section MemoryWorkloadAnalysis_Tables"), with per-instruction stall samples of the backward in ncu_backward_sass.csv and
-#   of the forward in ncu_forward_sass.csv;
+#   PROFILE_KERNELS: which, default the forward, the backward and its two row passes;
+#   PROFILE_EXTRA: more ncu arguments, e.g. "--section MemoryWorkloadAnalysis_Tables"), with
+#   per-instruction stall samples of the backward in ncu_backward_sass.csv and of the forward in
+#   ncu_forward_sass.csv;
 #   notorch: skip the torch extension (its build takes minutes), pytest and the peer benchmark:
 #   the standalone library, test and benchmark alone, the quickest full check of the kernels;
 #   quick: test runs the standalone test once (Hopper kernels, the library's launch order) and
