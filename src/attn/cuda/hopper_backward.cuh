@@ -100,7 +100,9 @@ struct HopperBackwardTile {
 };
 
 // Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
-// standalone benchmark, 2026-11-30): this shape 251 / 387 / 449; with three load stages and one
+// standalone benchmark, 2026-11-30): this shape 251 / 387 / 449 (then: one reducing warp, dQ after
+// dK; today's product order and reducing warps, measured since, are described at their code:
+// tile_shapes 279.5 / 409.5 / 462.1 on 2026-12-01); with three load stages and one
 // dQ buffer (the compute warpgroups then waited for the reducing warp to read the previous tile's
 // dQ before storing the next) 246 / 379 / 438. With the producer's two warps
 // issuing every Q and dO copy by cp.async, 212 / 310 / 352: ncu (64 x 1k) showed the producer
