@@ -22,9 +22,10 @@ namespace varpack::bench {
 // Median time of `repeats` calls of each of fs after 3 warm-up calls each, in ms (device
 // events), the calls interleaved: repeat r times one call of each, starting at fs[r % n], so that
 // every variant runs as often after every other and at every stage of the run. Timed one after
-// the other instead, identical launches differed by up to 10% with their place in the list (tile_shapes on the H200, 2026-12-01: the first Hopper
-// variant after the slower mma.sync one ran fastest, 16 x 4k 569 against 519 TFLOP/s for the
-// same launch three places later), more than the differences being measured.
+// the other instead, identical launches differed by up to 10% with their place in the list
+// (tile_shapes on the H200, 2026-12-01: the first Hopper variant after the slower mma.sync one
+// ran fastest, 16 x 4k 569 against 519 TFLOP/s for the same launch three places later), more
+// than the differences being measured.
 inline std::vector<float> interleaved_median_ms(const std::vector<std::function<void()>>& fs,
                                                 int repeats) {
   cudaEvent_t a, b;

@@ -431,8 +431,9 @@ inline int multiprocessor_count() {
 // (4 x 16k, 8256 keys: 1 head the fastest in both measurements above and at 10:53 UTC, 644 / 608
 // (2) / 578 (4); with two rounds per variant, 11:12 UTC, 574 / 575 (the rule's, now 1) / 583 (4):
 // within the noise there).
-// sms: the device's multiprocessors. VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the head count up to k (the tests use
-// it: their batches are too small for the rule to pick more than one head).
+// sms: the device's multiprocessors. VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the
+// head count up to k (the tests use it: their batches are too small for the rule to pick more
+// than one head).
 inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n, int sms) {
   if (const char* forced = std::getenv("VARPACK_HEADS_PER_BLOCK")) {
     int k = std::atoi(forced);
@@ -534,8 +535,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 }
 
 // d64 past 4096 queries: three consumers (192-query tiles, 160 registers each, two stages; ptxas
-// spills 4 bytes, 52 with softcap). Measured on the H200 (bf16, causal, 16 heads, tile_shapes with the variants
-// interleaved, 2026-12-01 15:04 UTC), TFLOP/s two consumers -> three: 4 x 16k 410 -> 471, 16 x
+// spills 4 bytes, 52 with softcap). Measured on the H200 (bf16, causal, 16 heads, tile_shapes
+// with the variants interleaved, 2026-12-01 15:04 UTC), TFLOP/s two consumers -> three: 4 x 16k 410 -> 471, 16 x
 // 4096 at 3% padding 358 -> 390, 16 x 4k 385 -> 392; but 64 x 1k 274 -> 205, mixed lengths
 // 4096..17 283 -> 271 and 16 x 4096 at 25% padding 325 -> 319 (short sequences leave more of a
 // 192-query tile empty, and there are fewer blocks). So by the longest sequence: over 4096 queries
