@@ -51,8 +51,8 @@ namespace varpack::cuda {
 // P^T and dS^T.
 // ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
 // between them; each warp's lanes issue their rows' bulk reductions one after the other).
-// IssueAhead (atomic dQ): the tile loop runs one tile's products, then the next tile's scores (see
-// the kernel).
+// IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
+// scores (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, int ReducerWarps = 2, bool IssueAhead = false>
 struct HopperBackwardTile {
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // hand-off. With kIssueAhead, iteration it runs products(it), then scores(it + 1), so that the
   // next tile's S^T and dP^T follow this tile's dK on the tensor cores with no gap, and every
   // product is still waited for inside the iteration that issued it.
-  constexpr bool kIssueAhead = Cfg::kIssueAhead && kAtomicDq;
+  constexpr bool kIssueAhead = Cfg::kIssueAhead && !kPingPong;
   uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
   auto scores = [&](int it) {
     const int s = it % kStages;
