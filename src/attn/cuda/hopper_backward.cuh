@@ -51,8 +51,10 @@ namespace varpack::cuda {
 // P^T and dS^T.
 // ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
 // between them; each warp's lanes issue their rows' bulk reductions one after the other).
+// IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
+// scores (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, int ReducerWarps = 2>
+          bool PingPong = false, int ReducerWarps = 2, bool IssueAhead = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -63,6 +65,7 @@ struct HopperBackwardTile {
   static constexpr bool kPingPong = PingPong;
   static_assert(ReducerWarps == 1 || ReducerWarps == 2, "producer warps 2 and 3");
   static constexpr int kReducerWarps = ReducerWarps;
+  static constexpr bool kIssueAhead = IssueAhead;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
@@ -348,7 +351,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto end_turn = [&] {
     if constexpr (kPingPong) named_barrier_arrive(kTurn + 1 - wg, kTurnThreads);
   };
-  for (int it = 0; it < iters; ++it) {
+  // The tile loop in two halves. scores(it): S^T, dP^T and from them P^T and dS^T (in pf and dsf,
+  // and with atomic dQ dS^T in shared memory); products(it): dV's, dK's and (atomic) dQ's, and dQ's
+  // hand-off. With kIssueAhead, iteration it runs products(it), then scores(it + 1), so that the
+  // next tile's S^T and dP^T follow this tile's dK on the tensor cores with no gap, and every
+  // product is still waited for inside the iteration that issued it.
+  constexpr bool kIssueAhead = Cfg::kIssueAhead && !kPingPong;
+  uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
+  auto scores = [&](int it) {
     const int s = it % kStages;
     const int64_t m0 = tile_start(it);
     if (it > 0) {
@@ -384,6 +394,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
     end_turn();
+    if constexpr (kIssueAhead) {
+      if (it > 0) {
+        wgmma_wait<2>();  // the previous tile's dK, so its stage is read
+        mbarrier_arrive(stage_empty((it - 1) % kStages));
+      }
+    }
     // With softcap, dS^T needs each score's slope next to P^T: wait for both products.
     if constexpr (kSoftcap) wgmma_wait<0>();
     else wgmma_wait<1>();
@@ -425,7 +441,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
     // and dS^T into shared memory for the dQ product.
-    uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
 #pragma unroll
     for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
@@ -437,7 +452,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         dsf[i / 2][(i & 1) * 2 + r]);
       }
     if constexpr (kAtomicDq) fence_proxy_async();
-
+  };
+  auto products = [&](int it) {
+    const int s = it % kStages;
+    const uint32_t qb = sQ + s * QTile::kBytes;
+    const uint32_t dob = sdO + s * QTile::kBytes;
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries). With atomic dQ, dV's
     // product, then dQ's, then dK's, so that dQ goes to the reducing warps while dK's product is
     // still on the tensor cores (FlashAttention 3's order). Measured on the H200 (bf16, d128,
@@ -506,8 +525,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_commit();
     }
     end_turn();
+  };
+  auto finish = [&](int it) {
     wgmma_wait<0>();
-    mbarrier_arrive(stage_empty(s));  // Q, dO and the row statistics of stage s are read
+    mbarrier_arrive(stage_empty(it % kStages));  // Q, dO and the row statistics are read
+  };
+  if constexpr (kIssueAhead) {
+    if (iters > 0) scores(0);
+    for (int it = 0; it < iters; ++it) {
+      products(it);
+      if (it + 1 < iters) scores(it + 1);  // also releases this tile's stage
+      else finish(it);
+    }
+  } else {
+    for (int it = 0; it < iters; ++it) {
+      scores(it);
+      products(it);
+      finish(it);
+    }
   }
   pin_registers(dv);
   pin_registers(dk);
