@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
       {"wgmma bwd d64 q64 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 atomic q128 2st", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
+      {"wgmma bwd d64 atomic q64, next scores after dK", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 64, 2, 64, false, false, 2, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 two passes, no pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
   };
   struct Point {
