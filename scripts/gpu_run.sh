@@ -16,8 +16,9 @@
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
-#   16 x 4k; 0 = 64 x 1k; PROFILE_SKIP: launches of the kernel skipped (default 2: for
-#   hopper_backward_kernel a deterministic-mode launch, 6 the first atomic one);
+#   16 x 4k; 0 = 64 x 1k; PROFILE_D: the head dim, default 128; PROFILE_SKIP: launches of the
+#   kernel skipped (default 2: for hopper_backward_kernel a deterministic-mode launch, 6 the first
+#   atomic one);
 #   PROFILE_KERNELS: which, default the forward, the backward and its two row passes;
 #   PROFILE_EXTRA: more ncu arguments, e.g. "--section MemoryWorkloadAnalysis_Tables"), with
 #   per-instruction stall samples of the backward in ncu_backward_sass.csv and of the forward in
@@ -108,7 +109,7 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section SourceCounters ${PROFILE_EXTRA:-} \
       -o "/tmp/ncu_$kernel" -f \
-      build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" &&
+      build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" "${PROFILE_D:-128}" &&
       ncu -i "/tmp/ncu_$kernel.ncu-rep" --page details >>"$out/ncu.txt" 2>&1
   done
   # Where the backward's warps wait, instruction by instruction (stall samples per SASS line).

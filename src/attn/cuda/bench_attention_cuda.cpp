@@ -3,7 +3,8 @@
 // causal, 64k tokens per call: equal lengths 1k, 4k, 16k and 16 rows of 4096 at several padding
 // rates. Median of CUDA-event timings; useful TFLOP/s = 4*H*D*sum(len^2)/2 (backward 2.5x that).
 // The backward is timed in both modes: deterministic (2 passes, no atomics) and atomic dQ.
-// Run: ./bench_attention_cuda [repeats [point index]] (one point: for profiling under ncu)
+// Run: ./bench_attention_cuda [repeats [point index [head dim]]] (one point: for profiling under
+// ncu; the head dim, default 128, one of 64, 96, 128, 256)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 20;
-  const int heads = 16, d = 128;
+  const int heads = 16, d = argc > 3 ? std::atoi(argv[3]) : 128;
   struct Point {
     std::string name;
     std::vector<int32_t> lens;
