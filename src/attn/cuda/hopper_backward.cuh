@@ -130,7 +130,7 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // / 207.1 in a second run), against 160.1 / 220.4 / 249.0 / 194.3 with 64-query tiles and 2 stages
 // (the shape above), 160.2 / 221.9 / 250.5 / 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6
 // with 4. 76-80 bytes of spills (64-query tiles: 48).
-// Ping-pong (the dK/dV pass of the two-pass backward, which d64 runs in both modes) at d64 and
+// Ping-pong (the dK/dV pass of the two-pass backward, d64's deterministic mode) at d64 and
 // d256, where it measured no slower anywhere; not at d128 and d96. Measured on the H200 (bf16,
 // causal, 16 heads, tile_shapes with the variants interleaved, 2026-12-01 14:01 UTC), the whole
 // two-pass backward with / without it, TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed / 3% / 25%
@@ -149,6 +149,22 @@ template <>
 struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
 template <>
 struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, true> {};
+
+// The atomic-dQ backward's shape (head dims 64 and 128; launch_hopper_backward). d128: the next
+// tile's scores issued after this tile's dK (IssueAhead); measured on the H200 (bf16, causal, 16
+// heads, tile_shapes with the variants interleaved, 2026-12-01 17:36 UTC), TFLOP/s at 64 x 1k /
+// 16 x 4k / 4 x 16k / mixed: 282.7 / 417.6 / 475.4 / 372.4 against 279.8 / 411.7 / 469.6 / 368.1
+// without (+1.0-1.4%); at d96 (two passes, no atomic dQ) it measured 1.5-3% slower, so the
+// two-pass shapes above keep the plain loop. d64: 128-query tiles (ping-pong does not apply with
+// atomic dQ); since two warps add dQ it beats d64's two passes, the same call: 201.0 / 321.0 /
+// 373.2 / 269.5 against 182.5 / 278.4 / 317.2 / 233.0 (the 64-query shape with IssueAhead:
+// 199.9 / 295.7 / 335.2 / 253.6).
+template <int D>
+struct HopperAtomicBackwardConfig;
+template <>
+struct HopperAtomicBackwardConfig<128> : HopperBackwardTile<128, 64, 2, 128, false, false, 2, true> {};
+template <>
+struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -617,9 +633,10 @@ void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* works
 }
 
 // The backward on Hopper: atomic dQ in the one kernel, or dK and dV there and dQ by the wgmma dQ
-// pass (no atomics, bit-identical run to run): that one in the deterministic mode, and at d64 in
-// both, where it is the faster. Measured on the H200 (bf16, causal, 16 heads; tile_shapes,
-// 2026-12-01), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed:
+// pass (no atomics, bit-identical run to run): that one in the deterministic mode, and at d96 and
+// d256 in both. Measured on the H200 (bf16, causal, 16 heads; tile_shapes, 2026-12-01), TFLOP/s
+// at 64 x 1k / 16 x 4k / 4 x 16k / mixed (then, with one warp adding dQ; with two, the atomic
+// kernel leads at d64 too: HopperAtomicBackwardConfig):
 // - d128 (10:53 UTC): the two passes 270.6 / 401.3 / 413.2 / 345.6, with the mma.sync dQ pass
 //   (backward_kernels.cuh's dq_kernel) 221.4 / 295.6 / 311.7 / 264.4, atomic 271.7 / 404.2 /
 //   451.3 / 354.9;
@@ -629,8 +646,7 @@ void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* works
 //   143.0 / 182.4 / 199.6 / 166.0;
 // - d256 (12:20 UTC): the two passes 230.9 / 299.2 / 329.4 / 294.3, the mma.sync atomic backward
 //   113.4 / 138.9 / 148.4 / 129.9.
-// d96 and d256 run the two passes only (d96 on d128's tiles, which an atomic dQ accumulator of
-// 96-float rows would not match; d256's blocks keep no dQ staging).
+// d96 and d256 run the two passes only (hopper_backward_two_passes_only).
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   constexpr bool kTwoPassesOnly = hopper_backward_two_passes_only(D);
@@ -639,7 +655,7 @@ void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, c
     return;
   }
   if constexpr (!kTwoPassesOnly)
-    launch_hopper_backward_atomic_with<T, HopperBackwardConfig<D>>(p, workspace, stream);
+    launch_hopper_backward_atomic_with<T, HopperAtomicBackwardConfig<D>>(p, workspace, stream);
 }
 
 }  // namespace varpack::cuda
