@@ -162,7 +162,8 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, tru
 template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
-struct HopperAtomicBackwardConfig<128> : HopperBackwardTile<128, 64, 2, 128, false, false, 2, true> {};
+struct HopperAtomicBackwardConfig<128>
+    : HopperBackwardTile<128, 64, 2, 128, false, false, 2, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
