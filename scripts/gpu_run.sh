@@ -14,7 +14,10 @@
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
-#   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s);
+#   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s;
+#   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
+#   sent with the run tool's carry), the two binaries run in turn, twice each, to compare the
+#   library's variants across a change that the experiments cannot hold side by side);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_D: the head dim, default 128; PROFILE_SKIP: launches of the
 #   kernel skipped (default 2: for hopper_backward_kernel a deterministic-mode launch, 6 the first
@@ -71,6 +74,12 @@ jobs=$((torch ? 8 : 16))  # the torch build takes the other 8 cores
    -DVARPACK_CUDA_EXPERIMENTS=$experiments -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
    cmake --build build-gpu -j $jobs) >"$out/build.log" 2>&1 &
 build_pid=$!
+if [[ $want == *" tune "* ]] && [ -n "${BASELINE:-}" ]; then
+  (cmake -S "$BASELINE/src/attn/cuda" -B build-baseline -G Ninja -DCMAKE_BUILD_TYPE=Release \
+     -DVARPACK_CUDA_EXPERIMENTS=ON && cmake --build build-baseline -j $jobs --target tile_shapes) \
+    >"$out/build_baseline.log" 2>&1 &
+  baseline_pid=$!
+fi
 [ $torch = 1 ] && MAX_JOBS=8 step build_torch.log build_torch_ext 420 python3 setup.py build_ext --inplace
 wait $build_pid
 summary+=("$(printf '%-18s rc=%-3s' build_standalone $?)")
@@ -95,7 +104,16 @@ if [[ $want == *" test "* ]]; then
       pytest -q -ra tests/python/test_cuda_attention.py
 fi
 if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
-  step bench.log tile_shapes "${TUNE_S:-330}" build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
+  if [ -n "${BASELINE:-}" ]; then
+    wait "$baseline_pid"
+    for round in 1 2; do
+      step bench.log "tile_shapes_baseline_$round" "${TUNE_S:-330}" build-baseline/tile_shapes 10 \
+        ${TUNE_DIMS:-}
+      step bench.log "tile_shapes_$round" "${TUNE_S:-330}" build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
+    done
+  else
+    step bench.log tile_shapes "${TUNE_S:-330}" build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
+  fi
 fi
 if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
   # The backward's two row passes too: at short sequences they are a large part of its time.

@@ -25,6 +25,7 @@
 
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
+#include "attn/cuda/dq_accum.h"
 #include "attn/cuda/hopper_dq.cuh"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/kernel_common.cuh"
@@ -49,12 +50,10 @@ namespace varpack::cuda {
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
-// ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
-// between them; each warp's lanes issue their rows' bulk reductions one after the other).
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, int ReducerWarps = 2, bool IssueAhead = false>
+          bool PingPong = false, bool IssueAhead = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -63,8 +62,6 @@ struct HopperBackwardTile {
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
-  static_assert(ReducerWarps == 1 || ReducerWarps == 2, "producer warps 2 and 3");
-  static constexpr int kReducerWarps = ReducerWarps;
   static constexpr bool kIssueAhead = IssueAhead;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
@@ -85,7 +82,7 @@ struct HopperBackwardTile {
   static constexpr int kDqCols = D * kDqRowBlocks / 2;
   // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
   // hit 32 different banks; the 16-byte multiple the bulk reductions need.
-  static constexpr int kDqRowBytes = (D + 8) * 4;
+  static constexpr int kDqRowBytes = D * 4;  // the accumulator's layout (dq_accum.h)
   using KvTile = GmmaTile<kKeysPerBlock, D>;
   using QTile = GmmaTile<kQueryStep, D>;
   using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
@@ -163,7 +160,7 @@ template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, 2, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
@@ -190,8 +187,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
   constexpr int kDqCols = Cfg::kDqCols;
-  // The compute threads + the reducing warps.
-  constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
+  // The compute threads + the reducing warp.
+  constexpr int kDqHandoff = Cfg::kComputeThreads + 32;
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -292,35 +289,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
-      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
-      // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
-      // compute warpgroups' next use of it waits for) as soon as its reductions have read it.
-      // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes, 2026-12-01 16:52 UTC),
-      // TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: two warps 279.5 / 409.5 / 462.1 / 365.5;
-      // one 272.7 / 397.9 / 449.9 / 357.9; one that released a buffer only after the next tile's
-      // reductions were issued 272.1 / 393.9 / 441.6 / 353.1 (two such warps: as fast as these).
-      // The compute warpgroups had waited for the buffer (ncu, 16 x 4k): the issue of 64 reductions
-      // per tile, one lane after the other, was the limit, not L2.
+    } else if (kAtomicDq && warp == 2 && iters > 0) {
+      // Adds each tile's dQ (buffer it % kDqBuffers, in the accumulator's layout, rows past the
+      // sequence zero) to the accumulator with one bulk reduction (dq_accum.h), and releases the
+      // buffer (an arrival that the compute warpgroups' next use of it waits for) once it is read.
+      // Before, one reduction per row, issued lane after lane by two warps (the compute
+      // warpgroups waited for the buffer, ncu: the issue was the limit, not L2): measured on the
+      // H200 (bf16, causal, 16 heads, tile_shapes, 2026-12-01; bench/results/cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
-      const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
-      constexpr int kRowStep = 32 * Cfg::kReducerWarps;
       for (int b = 0; b < kBuffers && b < iters; ++b) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       for (int it = 0; it < iters; ++it) {
         const int b = it % kBuffers;
         const int h = hk * group + it / m_tiles;
-        const int64_t m0 = tile_start(it);
-        const int64_t left = seq.q_len - m0;
-        const int rows = left < kBM ? static_cast<int>(left) : kBM;
         named_barrier_sync(kDqFull + b, kDqHandoff);
-        for (int r = first_row; r < rows; r += kRowStep)
-          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
-                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
-        bulk_commit();
-        bulk_wait_read<0>();
+        if (threadIdx.x % 32 == 0) {
+          bulk_reduce_add_f32(dq_accum_row<D>(dq_accum, p, h, seq.q_begin + tile_start(it)),
+                              sDq + b * Cfg::kDqBytes, Cfg::kDqBytes);
+          bulk_commit();
+          bulk_wait_read<0>();
+        }
+        __syncwarp();
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       }
-      bulk_wait_read<0>();
     }
     return;
   }
@@ -516,18 +506,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<1>();  // dV's and dQ's products
       pin_registers(dq);
 
-      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
-      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
+      // Hand dQ to the reducing warp. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}; stored in the accumulator's layout
+      // (dq_accum.h), zeros for rows past the sequence.
       const int b = it % Cfg::kDqBuffers;
+      const int64_t m0 = tile_start(it);
       named_barrier_sync(kDqEmpty + b, kDqHandoff);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint32_t row = sDq + b * Cfg::kDqBytes +
-                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                             (dq_col0 + 2 * qd) * 4;
+        const int tile_row = dq_row0 + (warp % 4) * 16 + g + 8 * r;
+        const int64_t accum_row = seq.q_begin + m0 + tile_row;
+        const bool in_seq = m0 + tile_row < seq.q_len;
+        const uint32_t row = sDq + b * Cfg::kDqBytes + tile_row * Cfg::kDqRowBytes;
 #pragma unroll
         for (int n = 0; n < kDqCols / 8; ++n)
-          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+          st_shared_f32x2(row + dq_accum_col(accum_row, dq_col0 + 8 * n + 2 * qd) * 4,
+                          in_seq ? dq[4 * n + 2 * r] : 0.f, in_seq ? dq[4 * n + 2 * r + 1] : 0.f);
       }
       fence_proxy_async();  // before the bulk reductions read them
       named_barrier_arrive(kDqFull + b, kDqHandoff);
