@@ -1,11 +1,11 @@
 // The atomic-dQ mode's fp32 dQ accumulator, shared by the kernels that clear it (delta_kernel), add
-// to it (the mma.sync dkdv_kernel, element by element; the Hopper backward, one bulk reduction per
-// query tile) and convert it (dq_convert_kernel).
+// to it (the mma.sync dkdv_kernel, element by element; the Hopper backward, by bulk reductions from
+// shared memory) and convert it (dq_convert_kernel).
 //
-// Layout: [heads][total_q + kDqAccumSlackRows][D] floats, so that a query tile of one head (rows
-// q_begin + m0 .. + kBM) is one contiguous range, which the Hopper backward adds from shared memory
-// with a single bulk reduction. Such a tile may run past its sequence's last row: its rows there
-// hold zeros, so the next sequence's rows (or the slack rows after the last one, never read)
+// Layout: [heads][total_q + kDqAccumSlackRows][D] floats, so that the rows of a query tile of one
+// head (rows q_begin + m0 .. + kBM) are one contiguous range, which the Hopper backward may add in
+// reductions of several rows each. Those may run past the sequence's last row: the tile's rows
+// there hold zeros, so the next sequence's rows (or the slack rows after the last one, never read)
 // receive + 0. Inside a row the 16-byte chunks are permuted, chunk c stored at c ^ (row % 8): the
 // shared-memory copy of a tile has the same layout, and with it the compute threads' stores of
 // their accumulator fragments (8 rows x 32 bytes per instruction) fall in distinct banks.

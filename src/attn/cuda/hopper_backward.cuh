@@ -52,8 +52,11 @@ namespace varpack::cuda {
 // P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
+// ReduceRows (atomic dQ): query rows per bulk reduction of a tile's dQ (rows of the accumulator
+// are contiguous, dq_accum.h); the reductions of a tile are issued by the 64 lanes of producer
+// warps 2 and 3.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, bool IssueAhead = false>
+          bool PingPong = false, bool IssueAhead = false, int ReduceRows = 1>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -63,6 +66,8 @@ struct HopperBackwardTile {
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
   static constexpr bool kIssueAhead = IssueAhead;
+  static_assert(QueryStep % ReduceRows == 0, "whole bulk reductions per tile");
+  static constexpr int kReduceRows = ReduceRows;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
@@ -187,8 +192,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
   constexpr int kDqCols = Cfg::kDqCols;
-  // The compute threads + the reducing warp.
-  constexpr int kDqHandoff = Cfg::kComputeThreads + 32;
+  // The compute threads + the two reducing warps.
+  constexpr int kDqHandoff = Cfg::kComputeThreads + 64;
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -289,26 +294,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (kAtomicDq && warp == 2 && iters > 0) {
-      // Adds each tile's dQ (buffer it % kDqBuffers, in the accumulator's layout, rows past the
-      // sequence zero) to the accumulator with one bulk reduction (dq_accum.h), and releases the
-      // buffer (an arrival that the compute warpgroups' next use of it waits for) once it is read.
-      // Before, one reduction per row, issued lane after lane by two warps (the compute
-      // warpgroups waited for the buffer, ncu: the issue was the limit, not L2): measured on the
-      // H200 (bf16, causal, 16 heads, tile_shapes, 2026-12-01; bench/results/cuda.md).
+    } else if (kAtomicDq && (warp == 2 || warp == 3) && iters > 0) {
+      // Adds each tile's dQ (buffer it % kDqBuffers, in the accumulator's layout, dq_accum.h) to
+      // the accumulator, kReduceRows rows per bulk reduction, lane i of the two warps issuing
+      // reductions i, i + 64, ..., those past the sequence left out; each buffer is released (an
+      // arrival that the compute warpgroups' next use of it waits for) once it is read.
+      // The issue of these reductions, one lane after the other (their operands are uniform),
+      // is what one warp could not keep up with (the compute warpgroups waited for the buffer,
+      // ncu at 16 x 4k, 2026-12-01): measured on the H200 (bf16, causal, 16 heads, tile_shapes,
+      // 2026-12-01), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed, one warp 272.7 / 397.9 /
+      // 449.9 / 357.9, two 279.5 / 409.5 / 462.1 / 365.5 (one row per reduction); the whole tile
+      // in one reduction, issued by one lane, measured 1-5% slower than a row each at d128 and
+      // d64 (bench/results/cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
+      constexpr int kR = Cfg::kReduceRows;
+      const int first_op = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: reduction 0
       for (int b = 0; b < kBuffers && b < iters; ++b) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       for (int it = 0; it < iters; ++it) {
         const int b = it % kBuffers;
         const int h = hk * group + it / m_tiles;
+        const int64_t m0 = tile_start(it);
+        const int64_t left = seq.q_len - m0;
+        const int rows = left < kBM ? static_cast<int>(left) : kBM;
         named_barrier_sync(kDqFull + b, kDqHandoff);
-        if (threadIdx.x % 32 == 0) {
-          bulk_reduce_add_f32(dq_accum_row<D>(dq_accum, p, h, seq.q_begin + tile_start(it)),
-                              sDq + b * Cfg::kDqBytes, Cfg::kDqBytes);
-          bulk_commit();
-          bulk_wait_read<0>();
-        }
-        __syncwarp();
+        for (int op = first_op; op * kR < rows; op += 64)
+          bulk_reduce_add_f32(dq_accum_row<D>(dq_accum, p, h, seq.q_begin + m0 + op * kR),
+                              sDq + b * Cfg::kDqBytes + op * kR * Cfg::kDqRowBytes,
+                              kR * Cfg::kDqRowBytes);
+        bulk_commit();
+        bulk_wait_read<0>();
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       }
     }
@@ -506,7 +520,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_wait<1>();  // dV's and dQ's products
       pin_registers(dq);
 
-      // Hand dQ to the reducing warp. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
       // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}; stored in the accumulator's layout
       // (dq_accum.h), zeros for rows past the sequence.
       const int b = it % Cfg::kDqBuffers;
