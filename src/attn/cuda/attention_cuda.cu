@@ -6,7 +6,6 @@
 #include <string>
 #include <type_traits>
 
-#include "attn/cuda/dq_accum.h"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 #include "varpack/attention_cuda.h"

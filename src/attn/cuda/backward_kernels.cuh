@@ -20,7 +20,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "attn/cuda/dq_accum.h"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/instances.h"
 #include "attn/cuda/kernel_common.cuh"
@@ -140,8 +139,7 @@ struct RowPass {
 };
 
 // Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
-// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass; the slack rows
-// after total_q are left as they are: they only ever receive + 0 and are never read).
+// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass).
 template <class T, int D>
 __global__ void __launch_bounds__(RowPass<D>::kThreads)
     delta_kernel(const AttentionBackwardParams p, float* delta, float* dq_accum) {
@@ -164,7 +162,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
       acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
     }
     if (dq_accum != nullptr) {
-      float4* zero = reinterpret_cast<float4*>(dq_accum_row<D>(dq_accum, p, h, row) + part * 8);
+      float4* zero = reinterpret_cast<float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
       zero[0] = zero[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
@@ -177,8 +175,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
 // ([keys][queries], 16-bit) in shared memory at sDs and K in its swizzled tile at sK. Warp w computes
 // the columns [c * kDqCols, (c + 1) * kDqCols) of row group r's kQueryStep / kDqRowGroups rows, with
 // (r, c) = (w % kDqRowGroups, w / kDqRowGroups) (one fp32 atomic per element and key tile), and adds
-// them to the accumulator's row q_begin + i of head h (dq_accum.h); rows past the sequence are
-// skipped.
+// them to dq_accum[q_begin + i, h, :]; rows past the sequence are skipped.
 template <class T, class Cfg>
 __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, float* dq_accum,
                                             const SequenceBounds& seq, int h, int64_t m0,
@@ -231,18 +228,15 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
     for (int r = 0; r < 2; ++r) {
       const int64_t i = m0 + (mq0 + mq) * 16 + g + 8 * r;
       if (i >= seq.q_len) continue;
-      const int64_t accum_row = seq.q_begin + i;
-      float* row = dq_accum_row<D>(dq_accum, p, h, accum_row);
+      float* row = dq_accum + ((seq.q_begin + i) * p.heads + h) * D + col_group * kCols + 2 * qd;
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n)
-        red_add_f32x2(row + dq_accum_col(accum_row, col_group * kCols + n * 8 + 2 * qd),
-                      acc[mq][n][2 * r], acc[mq][n][2 * r + 1]);
+        red_add_f32x2(row + n * 8, acc[mq][n][2 * r], acc[mq][n][2 * r + 1]);
     }
 }
 
-// Atomic-dQ mode, last step: dq[i, h, :] = scale * the accumulator's row i of head h in the output
-// type, for the rows of every sequence (cu_seqlens_q[batch] read on the device; rows past it are
-// not written). Each thread takes 8 columns: 16-byte chunks 2 * part and 2 * part + 1.
+// Atomic-dQ mode, last step: dq[i, h, :] = scale * dq_accum[i, h, :] in the output type, for the
+// rows of every sequence (cu_seqlens_q[batch] read on the device; rows past it are not written).
 template <class T, int D>
 __global__ void __launch_bounds__(RowPass<D>::kThreads)
     dq_convert_kernel(const AttentionBackwardParams p, const float* dq_accum) {
@@ -250,9 +244,8 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   const int64_t row = RowPass<D>::row();
   const int part = RowPass<D>::part();
   if (row >= p.total_q || part >= RowPass<D>::kParts || row >= p.cu_seqlens_q[p.batch]) return;
-  const float* src = dq_accum_row<D>(dq_accum, p, h, row);
-  const float4 x = *reinterpret_cast<const float4*>(src + dq_accum_col(row, part * 8));
-  const float4 y = *reinterpret_cast<const float4*>(src + dq_accum_col(row, part * 8 + 4));
+  const float4* src = reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
+  const float4 x = src[0], y = src[1];
   const float c = p.softmax_scale;
   const uint4 packed = make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
                                   Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
@@ -279,7 +272,7 @@ __device__ __forceinline__ void load_row_stats_async(uint32_t stats, int stage,
   }
 }
 
-// dq_accum (dq_accum.h, zeroed) is used only when kAtomicDq.
+// dq_accum ([total_q, heads, D] fp32, zeroed) is used only when kAtomicDq.
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads)
     dkdv_kernel(const AttentionBackwardParams p, const float* delta, float* dq_accum,
@@ -713,7 +706,7 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
 
 // Non-deterministic (atomic dQ) backward around a dK/dV/dQ launch: computes Delta and clears the
 // fp32 dQ accumulator, calls launch_dkdv(delta, dq_accum, stream), then scales and rounds dQ. workspace:
-// Delta (delta_workspace_bytes), then the accumulator (dq_accum.h).
+// Delta (delta_workspace_bytes), then the accumulator [total_q, heads, D].
 template <class T, int D, class LaunchDkdv>
 void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream,
                          LaunchDkdv launch_dkdv) {

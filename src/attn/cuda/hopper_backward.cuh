@@ -25,7 +25,6 @@
 
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
-#include "attn/cuda/dq_accum.h"
 #include "attn/cuda/hopper_dq.cuh"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/kernel_common.cuh"
@@ -50,13 +49,12 @@ namespace varpack::cuda {
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
+// ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
+// between them; each warp's lanes issue their rows' bulk reductions one after the other).
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
-// ReduceRows (atomic dQ): query rows per bulk reduction of a tile's dQ (rows of the accumulator
-// are contiguous, dq_accum.h); the reductions of a tile are issued by the 64 lanes of producer
-// warps 2 and 3.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, bool IssueAhead = false, int ReduceRows = 1>
+          bool PingPong = false, int ReducerWarps = 2, bool IssueAhead = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -65,9 +63,9 @@ struct HopperBackwardTile {
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
+  static_assert(ReducerWarps == 1 || ReducerWarps == 2, "producer warps 2 and 3");
+  static constexpr int kReducerWarps = ReducerWarps;
   static constexpr bool kIssueAhead = IssueAhead;
-  static_assert(QueryStep % ReduceRows == 0, "whole bulk reductions per tile");
-  static constexpr int kReduceRows = ReduceRows;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
   static constexpr int kWarpgroupKeys = SplitColumns ? 0 : 64;
@@ -87,7 +85,7 @@ struct HopperBackwardTile {
   static constexpr int kDqCols = D * kDqRowBlocks / 2;
   // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
   // hit 32 different banks; the 16-byte multiple the bulk reductions need.
-  static constexpr int kDqRowBytes = D * 4;  // the accumulator's layout (dq_accum.h)
+  static constexpr int kDqRowBytes = (D + 8) * 4;
   using KvTile = GmmaTile<kKeysPerBlock, D>;
   using QTile = GmmaTile<kQueryStep, D>;
   using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
@@ -165,7 +163,7 @@ template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, 2, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 
@@ -192,8 +190,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
   constexpr int kDqCols = Cfg::kDqCols;
-  // The compute threads + the two reducing warps.
-  constexpr int kDqHandoff = Cfg::kComputeThreads + 64;
+  // The compute threads + the reducing warps.
+  constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -294,21 +292,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (kAtomicDq && (warp == 2 || warp == 3) && iters > 0) {
-      // Adds each tile's dQ (buffer it % kDqBuffers, in the accumulator's layout, dq_accum.h) to
-      // the accumulator, kReduceRows rows per bulk reduction, lane i of the two warps issuing
-      // reductions i, i + 64, ..., those past the sequence left out; each buffer is released (an
-      // arrival that the compute warpgroups' next use of it waits for) once it is read.
-      // The issue of these reductions, one lane after the other (their operands are uniform),
-      // is what one warp could not keep up with (the compute warpgroups waited for the buffer,
-      // ncu at 16 x 4k, 2026-12-01): measured on the H200 (bf16, causal, 16 heads, tile_shapes,
-      // 2026-12-01), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed, one warp 272.7 / 397.9 /
-      // 449.9 / 357.9, two 279.5 / 409.5 / 462.1 / 365.5 (one row per reduction); the whole tile
-      // in one reduction, issued by one lane, measured 1-5% slower than a row each at d128 and
-      // d64 (bench/results/cuda.md).
+    } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
+      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
+      // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
+      // compute warpgroups' next use of it waits for) as soon as its reductions have read it.
+      // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes, 2026-12-01 16:52 UTC),
+      // TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: two warps 279.5 / 409.5 / 462.1 / 365.5;
+      // one 272.7 / 397.9 / 449.9 / 357.9; one that released a buffer only after the next tile's
+      // reductions were issued 272.1 / 393.9 / 441.6 / 353.1 (two such warps: as fast as these).
+      // The compute warpgroups had waited for the buffer (ncu, 16 x 4k): the issue of 64 reductions
+      // per tile, one lane after the other, was the limit, not L2. Fewer, longer reductions need
+      // a head's rows contiguous: an accumulator laid out [heads][rows][D] (16-byte chunks
+      // permuted by row, for conflict-free staging) measured 1.5-6% slower at d128 and d64 with
+      // 1, 8 or 16 rows or a whole tile per reduction, against this layout in the same call
+      // (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, bench/results/cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
-      constexpr int kR = Cfg::kReduceRows;
-      const int first_op = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: reduction 0
+      const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
+      constexpr int kRowStep = 32 * Cfg::kReducerWarps;
       for (int b = 0; b < kBuffers && b < iters; ++b) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       for (int it = 0; it < iters; ++it) {
         const int b = it % kBuffers;
@@ -317,14 +317,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t left = seq.q_len - m0;
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
         named_barrier_sync(kDqFull + b, kDqHandoff);
-        for (int op = first_op; op * kR < rows; op += 64)
-          bulk_reduce_add_f32(dq_accum_row<D>(dq_accum, p, h, seq.q_begin + m0 + op * kR),
-                              sDq + b * Cfg::kDqBytes + op * kR * Cfg::kDqRowBytes,
-                              kR * Cfg::kDqRowBytes);
+        for (int r = first_row; r < rows; r += kRowStep)
+          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
+                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
         bulk_commit();
         bulk_wait_read<0>();
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       }
+      bulk_wait_read<0>();
     }
     return;
   }
@@ -521,21 +521,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       pin_registers(dq);
 
       // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
-      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}; stored in the accumulator's layout
-      // (dq_accum.h), zeros for rows past the sequence.
+      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
       const int b = it % Cfg::kDqBuffers;
-      const int64_t m0 = tile_start(it);
       named_barrier_sync(kDqEmpty + b, kDqHandoff);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int tile_row = dq_row0 + (warp % 4) * 16 + g + 8 * r;
-        const int64_t accum_row = seq.q_begin + m0 + tile_row;
-        const bool in_seq = m0 + tile_row < seq.q_len;
-        const uint32_t row = sDq + b * Cfg::kDqBytes + tile_row * Cfg::kDqRowBytes;
+        const uint32_t row = sDq + b * Cfg::kDqBytes +
+                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (dq_col0 + 2 * qd) * 4;
 #pragma unroll
         for (int n = 0; n < kDqCols / 8; ++n)
-          st_shared_f32x2(row + dq_accum_col(accum_row, dq_col0 + 8 * n + 2 * qd) * 4,
-                          in_seq ? dq[4 * n + 2 * r] : 0.f, in_seq ? dq[4 * n + 2 * r + 1] : 0.f);
+          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
       }
       fence_proxy_async();  // before the bulk reductions read them
       named_barrier_arrive(kDqFull + b, kDqHandoff);

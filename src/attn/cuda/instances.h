@@ -19,10 +19,15 @@ template <class T, int D>
 void run_backward(const AttentionBackwardParams& params, void* workspace, cudaStream_t stream);
 
 // Bytes of the backward's Delta ([heads, total_q] fp32), rounded up so that the non-deterministic
-// mode's dQ accumulator (dq_accum.h) behind it in the workspace stays 256-byte aligned.
+// mode's dQ accumulator ([total_q, heads, head_dim] fp32) behind it in the workspace stays
+// 256-byte aligned.
 inline size_t delta_workspace_bytes(const AttentionBackwardParams& p) {
   const size_t bytes = static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
   return (bytes + 255) / 256 * 256;
+}
+inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
+  return static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) *
+         static_cast<size_t>(p.head_dim) * sizeof(float);
 }
 
 #define VARPACK_DECLARE_INSTANCE(T, D)                                                        \

@@ -90,8 +90,6 @@ int main(int argc, char** argv) {
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd, 8 rows per reduction", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, 8>>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd, tile per reduction", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, 64>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd, scores after products", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2>>(p, ws, nullptr); }, false, 128},
       // Deterministic mode: Hopper dK/dV, then the wgmma dQ pass.
       {"wgmma det bwd (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
@@ -124,8 +122,6 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 two passes, pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 96, false, true>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d64, 16 rows per reduction", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, 16>>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d64, tile per reduction", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, 128>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 two passes (lib det)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
   };
   struct Point {
