@@ -304,8 +304,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // per tile, one lane after the other, was the limit, not L2. Fewer, longer reductions need
       // a head's rows contiguous: an accumulator laid out [heads][rows][D] (16-byte chunks
       // permuted by row, for conflict-free staging) measured 1.5-6% slower at d128 and d64 with
-      // 1, 8 or 16 rows or a whole tile per reduction, against this layout in the same call
-      // (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, bench/results/cuda.md).
+      // 1, 8 or 16 rows or a whole tile per reduction (equal only at d64 64 x 1k), against this
+      // layout in the same call (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
       const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
       constexpr int kRowStep = 32 * Cfg::kReducerWarps;
