@@ -49,12 +49,10 @@ namespace varpack::cuda {
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
-// ReducerWarps (atomic dQ): producer warps adding dQ to the accumulator (warps 2 .., the rows split
-// between them; each warp's lanes issue their rows' bulk reductions one after the other).
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, int ReducerWarps = 2, bool IssueAhead = false>
+          bool PingPong = false, bool IssueAhead = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -63,8 +61,8 @@ struct HopperBackwardTile {
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
-  static_assert(ReducerWarps == 1 || ReducerWarps == 2, "producer warps 2 and 3");
-  static constexpr int kReducerWarps = ReducerWarps;
+  // Atomic dQ: producer warps 2 and 3 add dQ to the accumulator, the rows split between them.
+  static constexpr int kReducerWarps = 2;
   static constexpr bool kIssueAhead = IssueAhead;
   // dK and dV columns per compute warpgroup, and the first key of warpgroup w: w * kWarpgroupKeys.
   static constexpr int kOwnCols = SplitColumns ? D / 2 : DataD;
@@ -163,7 +161,7 @@ template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, 2, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 

@@ -535,12 +535,12 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 }
 
 // d64 past 4096 queries: three consumers (192-query tiles, 160 registers each, two stages; ptxas
-// spills 4 bytes, 52 with softcap). Measured on the H200 (bf16, causal, 16 heads, tile_shapes
-// with the variants interleaved, 2026-12-01 15:04 UTC), TFLOP/s two consumers -> three: 4 x 16k 410 -> 471, 16 x
-// 4096 at 3% padding 358 -> 390, 16 x 4k 385 -> 392; but 64 x 1k 274 -> 205, mixed lengths
-// 4096..17 283 -> 271 and 16 x 4096 at 25% padding 325 -> 319 (short sequences leave more of a
-// 192-query tile empty, and there are fewer blocks). So by the longest sequence: over 4096 queries
-// (max_seqlen_q; unknown, 0, keeps two).
+// spills 4 bytes, 52 with softcap). Measured on the H200 (bf16, causal, 16 heads, tile_shapes with
+// the variants interleaved, 2026-12-01 15:04 UTC), TFLOP/s two consumers -> three: 4 x 16k 410 ->
+// 471, 16 x 4096 at 3% padding 358 -> 390, 16 x 4k 385 -> 392; but 64 x 1k 274 -> 205, mixed
+// lengths 4096..17 283 -> 271 and 16 x 4096 at 25% padding 325 -> 319 (short sequences leave more
+// of a 192-query tile empty, and there are fewer blocks). So by the longest sequence: over 4096
+// queries (max_seqlen_q; unknown, 0, keeps two).
 struct HopperForwardLongD64 : HopperForwardTile<64, 3, 128, 2, true, 32, 160> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
