@@ -26,6 +26,11 @@
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 20;
   const int heads = 16, d = argc > 3 ? std::atoi(argv[3]) : 128;
+  if (d != 64 && d != 96 && d != 128 && d != 256) {
+    std::fprintf(stderr, "bench_attention_cuda: head dim '%s' is not one of 64, 96, 128, 256\n"
+                 "usage: bench_attention_cuda [repeats [point index [head dim]]]\n", argv[3]);
+    return 2;
+  }
   struct Point {
     std::string name;
     std::vector<int32_t> lens;
