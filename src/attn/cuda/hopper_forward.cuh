@@ -45,8 +45,16 @@ namespace varpack::cuda {
 // maximum until a tile's exceeds it by more than 2^8 (in exp2's units), so that O and the row sum
 // are rescaled only then, not at every tile; P = exp2(s - max) is then at most 256, exact
 // arithmetic either way (the sum and the output are taken against the same maximum).
+// TreeReduce: a row's maximum and sum over a tile taken pairwise (depth log2 of the row's values
+// per thread) instead of along one chain of dependent instructions. Measured on the H200 (bf16,
+// causal, 16 heads; tile_shapes, two rounds, 2026-12-01 19:05 UTC), TFLOP/s at 64 x 1k / 16 x 4k
+// / 4 x 16k / mixed, pairwise against one chain: d128 407 / 577 / 625 / 455 and 413 / 574 / 623 /
+// 460 against 403 / 565 / 606 / 446 and 408 / 561 / 603 / 447 (+1-3%); d64 (two consumers) 284 /
+// 402 / 429 / 294 and 283 / 399 / 428 / 293 against 283 / 398 / 423 / 292 and 283 / 392 / 422 /
+// 285. So pairwise in every shape (the chain stays for the experiments).
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
-          int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false>
+          int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
+          bool TreeReduce = true>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -60,6 +68,7 @@ struct HopperForwardTile {
   static constexpr int kProducerRegisters = ProducerRegisters;
   static constexpr int kConsumerRegisters = ConsumerRegisters;
   static constexpr bool kLazyRescale = LazyRescale;
+  static constexpr bool kTreeReduce = TreeReduce;
   static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
                 "the register file holds every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
@@ -119,6 +128,21 @@ struct HopperForwardConfig
                              HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D>>> {};
+
+// Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
+// s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
+template <int First, int N>
+struct RowPairTree {
+  template <int S, class Op>
+  __device__ __forceinline__ static float reduce(const float (&s)[S], int r, Op op) {
+    if constexpr (N == 1) {
+      return s[4 * (First / 2) + 2 * r + First % 2];
+    } else {
+      return op(RowPairTree<First, N / 2>::reduce(s, r, op),
+                RowPairTree<First + N / 2, N / 2>::reduce(s, r, op));
+    }
+  }
+};
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -273,8 +297,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
+      if constexpr (Cfg::kTreeReduce) {
+        mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
+      } else {
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+        for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       float m_new = fmaxf(row_max[r], mx);
@@ -292,11 +320,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       } else {
         alpha[r] = 1.f;
       }
+      if constexpr (Cfg::kTreeReduce) {
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
-        s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-        s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
-        row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+        for (int i = 0; i < kBN / 8; ++i) {
+          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+        }
+        row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
+      } else {
+#pragma unroll
+        for (int i = 0; i < kBN / 8; ++i) {
+          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+        }
       }
     }
   };
