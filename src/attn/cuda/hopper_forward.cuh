@@ -47,11 +47,16 @@ namespace varpack::cuda {
 // arithmetic either way (the sum and the output are taken against the same maximum).
 // TreeReduce: a row's maximum and sum over a tile taken pairwise (depth log2 of the row's values
 // per thread) instead of along one chain of dependent instructions. Measured on the H200 (bf16,
-// causal, 16 heads; tile_shapes, two rounds, 2026-12-01 19:05 UTC), TFLOP/s at 64 x 1k / 16 x 4k
-// / 4 x 16k / mixed, pairwise against one chain: d128 407 / 577 / 625 / 455 and 413 / 574 / 623 /
-// 460 against 403 / 565 / 606 / 446 and 408 / 561 / 603 / 447 (+1-3%); d64 (two consumers) 284 /
-// 402 / 429 / 294 and 283 / 399 / 428 / 293 against 283 / 398 / 423 / 292 and 283 / 392 / 422 /
-// 285. So pairwise in every shape (the chain stays for the experiments).
+// causal, 16 heads; tile_shapes, two rounds, 2026-12-01 19:05 UTC), TFLOP/s at 64 x 1k / 16 x 4k /
+// 4 x 16k / mixed, pairwise against one chain: d128 407 / 577 / 625 / 455 and 413 / 574 / 623 / 460
+// against 403 / 565 / 606 / 446 and 408 / 561 / 603 / 447 (+1-3%); d64 (two consumers) 284 / 402 /
+// 429 / 294 and 283 / 399 / 428 / 293 against 283 / 398 / 423 / 292 and 283 / 392 / 422 / 285. A
+// second call (19:12 UTC, pairwise / chain): d128 404 / 559 / 621 against 400 / 545 / 596, d96 315
+// / 467 / 506 against 311 / 445 / 480, d256 equal, d64 274 / 383 / 405 against 278 / 383 / 410 (a
+// draw with the first call's); but with softcap (d128) 331 / 433 / 473 against 336 / 437 / 479, and
+// d64's three consumers 203 / 382 / 465 against 206 / 388 / 472 (ptxas: 12 bytes of spills instead
+// of 4). So pairwise, but along the chain with softcap (the kernel's kSoftcap) and in
+// HopperForwardLongD64.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true>
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
-      if constexpr (Cfg::kTreeReduce) {
+      if constexpr (Cfg::kTreeReduce && !kSoftcap) {
         mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
       } else {
 #pragma unroll
@@ -320,7 +325,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       } else {
         alpha[r] = 1.f;
       }
-      if constexpr (Cfg::kTreeReduce) {
+      if constexpr (Cfg::kTreeReduce && !kSoftcap) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
           s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
@@ -578,7 +583,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 // lengths 4096..17 283 -> 271 and 16 x 4096 at 25% padding 325 -> 319 (short sequences leave more
 // of a 192-query tile empty, and there are fewer blocks). So by the longest sequence: over 4096
 // queries (max_seqlen_q; unknown, 0, keeps two).
-struct HopperForwardLongD64 : HopperForwardTile<64, 3, 128, 2, true, 32, 160> {};
+struct HopperForwardLongD64
+    : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
 template <class T, int D>
