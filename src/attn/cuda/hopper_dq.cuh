@@ -120,12 +120,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   warpgroup_registers_up<Cfg::kConsumerRegisters>();
   const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // consumer warp
-  const int wg = warp / 4;                                  // consumer warpgroup
+  const int wg = warp_uniform(warp / 4);                    // consumer warpgroup
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;   // accumulator row (and row + 8) inside the warp's 16
   const int qd = lane % 4;  // accumulator column pair
   const int warp_row = warp * 16;
-  const uint32_t rows = wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  // Q and dO from this warpgroup's 64 rows in each column block.
+  const uint64_t q_desc = gmma_desc(sQ + wg * 64 * 128, 0, 1024);
+  const uint64_t do_desc = gmma_desc(sdO + wg * 64 * 128, 0, 1024);
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
 
   // This thread's two query rows: their lse, Delta and visible key ranges (an invalid row sees
@@ -158,6 +160,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ring.wait_k(t);  // its fence also orders the cp.async bytes of Q and dO before wgmma reads
     ring.wait_v(t);
     named_barrier_sync(1 + wg, kTurnThreads);
+    // Descriptors advanced per product, as in the other Hopper kernels (at d128 the deterministic
+    // backward measured the same with and without, 2026-12-01 19:30 UTC).
+    const uint64_t k_desc = gmma_desc(ring.k_stage(t), 0, 1024);
+    const uint64_t v_desc = gmma_desc(ring.v_stage(t), 0, 1024);
     pin_registers(s);
     pin_registers(dp);
     pin_registers(dq);
@@ -165,12 +171,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
-      const uint32_t block = (kk / 4) * QTile::kBlockBytes + rows + col;
+      const uint32_t block = (kk / 4) * QTile::kBlockBytes + col;
       const uint32_t kv = (kk / 4) * KvTile::kBlockBytes + col;
-      Wgmma<T, kBN>::template ss<0, 0>(s, gmma_desc(sQ + block, 0, 1024),
-                                       gmma_desc(ring.k_stage(t) + kv, 0, 1024), kk > 0);
-      Wgmma<T, kBN>::template ss<0, 0>(dp, gmma_desc(sdO + block, 0, 1024),
-                                       gmma_desc(ring.v_stage(t) + kv, 0, 1024), kk > 0);
+      Wgmma<T, kBN>::template ss<0, 0>(s, gmma_desc_advance(q_desc, block),
+                                       gmma_desc_advance(k_desc, kv), kk > 0);
+      Wgmma<T, kBN>::template ss<0, 0>(dp, gmma_desc_advance(do_desc, block),
+                                       gmma_desc_advance(v_desc, kv), kk > 0);
     }
     wgmma_commit();
     named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);

@@ -60,6 +60,36 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t leading, u
          (static_cast<uint64_t>(stride >> 4) << 32) | (1ull << 62);
 }
 
+// desc with its start address moved by `bytes` (a multiple of 16). Only the low word changes: the
+// address field (bits 0-13, the address / 16) stays below 2^14 for any shared-memory address, so
+// the add never carries into the leading offset above it. One 32-bit add per product instead of
+// rebuilding the whole descriptor (mask, shift, or, and the constant upper word) from an address.
+__device__ __forceinline__ uint64_t gmma_desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// A shared-memory operand of the products (128-byte swizzle, 8-row groups 1024 bytes apart): its
+// descriptor `offset` bytes in. kAdvance: the descriptor is built once and advanced by a 32-bit add
+// per use (gmma_desc_advance); otherwise it is rebuilt from the address at every use, holding only
+// the address (for kernels short of registers).
+template <bool kAdvance>
+struct GmmaOperand {
+  uint32_t addr, leading;
+  uint64_t desc;
+  __device__ __forceinline__ GmmaOperand(uint32_t address, uint32_t leading_bytes)
+      : addr(address), leading(leading_bytes),
+        desc(kAdvance ? gmma_desc(address, leading_bytes, 1024) : 0) {}
+  __device__ __forceinline__ uint64_t at(uint32_t offset) const {
+    if constexpr (kAdvance) return gmma_desc_advance(desc, offset);
+    else return gmma_desc(addr + offset, leading, 1024);
+  }
+};
+
+// x as the compiler can see it is equal across the warp (lane 0's), so that values derived from it
+// (shared-memory descriptors) live in uniform registers instead of each thread's.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // Orders this warpgroup's register writes before the wgmma that reads them (accumulators, A).
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() {
@@ -181,11 +211,12 @@ __device__ __forceinline__ void wgmma_rs_mn_major(float (&acc)[N], const uint32_
   for (int part = 0; part < kCols / kPart; ++part) {
     float(&acc_part)[kPart / 2] = *reinterpret_cast<float(*)[kPart / 2]>(&acc[part * kPart / 2]);
     // Columns [part * kPart, ...) start kPart / 64 column blocks in.
-    const uint32_t b = tile + part * (kPart / 64) * Tile::kBlockBytes;
+    const uint64_t b = gmma_desc(tile, Tile::kBlockBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
-      Wgmma<T, kPart>::template rs<1>(acc_part, a[kk],
-                                      gmma_desc(b + kk * 16 * 128, Tile::kBlockBytes, 1024), 1);
+      Wgmma<T, kPart>::template rs<1>(
+          acc_part, a[kk],
+          gmma_desc_advance(b, part * (kPart / 64) * Tile::kBlockBytes + kk * 16 * 128), 1);
   }
 }
 
