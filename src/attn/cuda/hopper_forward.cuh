@@ -74,6 +74,10 @@ struct HopperForwardTile {
   static constexpr int kConsumerRegisters = ConsumerRegisters;
   static constexpr bool kLazyRescale = LazyRescale;
   static constexpr bool kTreeReduce = TreeReduce;
+  // The products' descriptors advanced per product (GmmaOperand; measured at issue_s), but at
+  // d256, whose 128 output columns per thread leave no registers for them (ptxas: 0 -> 172 bytes of
+  // spills; 552 TFLOP/s at 16 x 4k in the 19:38 UTC table against 651 the call before).
+  static constexpr bool kAdvanceDescriptors = D != 256;
   static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
                 "the register file holds every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
@@ -219,7 +223,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   warpgroup_registers_up<Cfg::kConsumerRegisters>();
   const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // consumer warp
-  const int wg = warp_uniform(warp / 4);                    // consumer warpgroup
+  // Consumer warpgroup; warp-uniform where the descriptors are advanced (in uniform registers).
+  const int wg = Cfg::kAdvanceDescriptors ? warp_uniform(warp / 4) : warp / 4;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;   // accumulator row (and row + 8) inside the warp's 16
   const int qd = lane % 4;  // accumulator column pair
@@ -264,8 +269,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // x 16k / mixed: d128 +3.1 / +0.8 / +1.7 / +1.6%, d64 +3.5 / +4.2 / +2.6 / +2.6%, d64's three
   // consumers +9.9 / +6.1 / +4.0 / +9.0% (ptxas: their spills 4 -> 0 bytes, with softcap 48 -> 20).
   auto issue_s = [&](int g_all, float (&s)[kBN / 2]) {
-    const uint64_t q_desc = gmma_desc(q_rows, 0, 1024);
-    const uint64_t k_desc = gmma_desc(ring.k_stage(g_all), 0, 1024);
+    const GmmaOperand<Cfg::kAdvanceDescriptors> q(q_rows, 0), k(ring.k_stage(g_all), 0);
     pin_registers(s);
     pin_registers(o);
     wgmma_fence();
@@ -273,15 +277,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
       Wgmma<T, kBN>::template ss<0, 0>(
-          s, gmma_desc_advance(q_desc, (kk / 4) * QTile::kBlockBytes + col),
-          gmma_desc_advance(k_desc, (kk / 4) * KvTile::kBlockBytes + col), kk > 0);
+          s, q.at((kk / 4) * QTile::kBlockBytes + col), k.at((kk / 4) * KvTile::kBlockBytes + col),
+          kk > 0);
     }
     wgmma_commit();
   };
   // Issues O += P V for the block's tile g_all (P in pf, fenced by the caller) as one wgmma group,
   // over the head dim's kDataD columns (96 of d128's tiles: the rest of O stays zero).
   auto issue_pv = [&](int g_all) {
-    wgmma_rs_mn_major<T, kDataD, KvTile>(o, pf, ring.v_stage(g_all));
+    wgmma_rs_mn_major<T, kDataD, KvTile, Cfg::kAdvanceDescriptors>(o, pf, ring.v_stage(g_all));
     wgmma_commit();
   };
   // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha

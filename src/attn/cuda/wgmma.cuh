@@ -202,21 +202,21 @@ VARPACK_DEFINE_WGMMA_TYPE(__half, ".f16")
 // reduction dimension (V in O += P V, K in dQ += dS K). Above 128 columns, one product per 128
 // (the widest the instructions here are built for). acc may hold more columns than kCols (a head
 // dim held in a wider tile): those are left alone.
-template <class T, int kCols, class Tile, int kSteps, int N>
+// kAdvance: B's descriptors as in GmmaOperand.
+template <class T, int kCols, class Tile, bool kAdvance = true, int kSteps, int N>
 __device__ __forceinline__ void wgmma_rs_mn_major(float (&acc)[N], const uint32_t (&a)[kSteps][4],
                                                   uint32_t tile) {
   constexpr int kPart = kCols < 128 ? kCols : 128;
   static_assert(kCols % kPart == 0 && N >= kCols / 2, "whole products inside the accumulator");
+  const GmmaOperand<kAdvance> b(tile, Tile::kBlockBytes);
 #pragma unroll
   for (int part = 0; part < kCols / kPart; ++part) {
     float(&acc_part)[kPart / 2] = *reinterpret_cast<float(*)[kPart / 2]>(&acc[part * kPart / 2]);
     // Columns [part * kPart, ...) start kPart / 64 column blocks in.
-    const uint64_t b = gmma_desc(tile, Tile::kBlockBytes, 1024);
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
       Wgmma<T, kPart>::template rs<1>(
-          acc_part, a[kk],
-          gmma_desc_advance(b, part * (kPart / 64) * Tile::kBlockBytes + kk * 16 * 128), 1);
+          acc_part, a[kk], b.at(part * (kPart / 64) * Tile::kBlockBytes + kk * 16 * 128), 1);
   }
 }
 
