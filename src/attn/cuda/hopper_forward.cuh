@@ -76,7 +76,7 @@ struct HopperForwardTile {
   static constexpr bool kTreeReduce = TreeReduce;
   // The products' descriptors advanced per product (GmmaOperand; measured at issue_s), but at
   // d256, whose 128 output columns per thread leave no registers for them (ptxas: 0 -> 172 bytes of
-  // spills; 552 TFLOP/s at 16 x 4k in the 19:38 UTC table against 651 the call before).
+  // spills; 552 TFLOP/s at 16 x 4k in the 19:40 UTC table against 651 the call before).
   static constexpr bool kAdvanceDescriptors = D != 256;
   static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
                 "the register file holds every warpgroup's budget");
