@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* bas
 // distance between 8-row groups (1024 for a GmmaTile) and `leading` is unused; for an MN-major one,
 // `leading` is the distance between 64-element column blocks along M or N (a GmmaTile's
 // kBlockBytes) and `stride` the distance between 8-row groups along the reduction dimension (1024).
-__device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+__host__ __device__ constexpr uint64_t gmma_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading >> 4) << 16) |
          (static_cast<uint64_t>(stride >> 4) << 32) | (1ull << 62);
 }
@@ -64,10 +64,17 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t leading, u
 // address field (bits 0-13, the address / 16) stays below 2^14 for any shared-memory address, so
 // the add never carries into the leading offset above it. One 32-bit add per product instead of
 // rebuilding the whole descriptor (mask, shift, or, and the constant upper word) from an address.
-__device__ __forceinline__ uint64_t gmma_desc_advance(uint64_t desc, uint32_t bytes) {
+__host__ __device__ constexpr uint64_t gmma_desc_advance(uint64_t desc, uint32_t bytes) {
   const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
+// It agrees with rebuilding the descriptor: up to the top of shared memory (227 KB), across the
+// address field's bits, with and without a leading offset.
+static_assert(gmma_desc_advance(gmma_desc(0x38c00, 2048, 1024), 0x3f0) ==
+              gmma_desc(0x38ff0, 2048, 1024));
+static_assert(gmma_desc_advance(gmma_desc(0xfff0, 0, 1024), 0x10) == gmma_desc(0x10000, 0, 1024));
+static_assert(gmma_desc_advance(gmma_desc(0x1230, 16384, 1024), 0x26dd0) ==
+              gmma_desc(0x28000, 16384, 1024));
 
 // A shared-memory operand of the products (128-byte swizzle, 8-row groups 1024 bytes apart): its
 // descriptor `offset` bytes in. kAdvance: the descriptor is built once and advanced by a 32-bit add
