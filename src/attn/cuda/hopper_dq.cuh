@@ -126,8 +126,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int qd = lane % 4;  // accumulator column pair
   const int warp_row = warp * 16;
   // Q and dO from this warpgroup's 64 rows in each column block.
-  const uint64_t q_desc = gmma_desc(sQ + wg * 64 * 128, 0, 1024);
-  const uint64_t do_desc = gmma_desc(sdO + wg * 64 * 128, 0, 1024);
+  const GmmaOperand<true> q_rows(sQ + wg * 64 * 128, 0), do_rows(sdO + wg * 64 * 128, 0);
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
 
   // This thread's two query rows: their lse, Delta and visible key ranges (an invalid row sees
@@ -162,8 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     named_barrier_sync(1 + wg, kTurnThreads);
     // Descriptors advanced per product, as in the other Hopper kernels (at d128 the deterministic
     // backward measured the same with and without, 2026-12-01 19:30 UTC).
-    const uint64_t k_desc = gmma_desc(ring.k_stage(t), 0, 1024);
-    const uint64_t v_desc = gmma_desc(ring.v_stage(t), 0, 1024);
+    const GmmaOperand<true> k_tile(ring.k_stage(t), 0), v_tile(ring.v_stage(t), 0);
     pin_registers(s);
     pin_registers(dp);
     pin_registers(dq);
@@ -173,10 +171,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
       const uint32_t block = (kk / 4) * QTile::kBlockBytes + col;
       const uint32_t kv = (kk / 4) * KvTile::kBlockBytes + col;
-      Wgmma<T, kBN>::template ss<0, 0>(s, gmma_desc_advance(q_desc, block),
-                                       gmma_desc_advance(k_desc, kv), kk > 0);
-      Wgmma<T, kBN>::template ss<0, 0>(dp, gmma_desc_advance(do_desc, block),
-                                       gmma_desc_advance(v_desc, kv), kk > 0);
+      Wgmma<T, kBN>::template ss<0, 0>(s, q_rows.at(block), k_tile.at(kv), kk > 0);
+      Wgmma<T, kBN>::template ss<0, 0>(dp, do_rows.at(block), v_tile.at(kv), kk > 0);
     }
     wgmma_commit();
     named_barrier_arrive(1 + (wg + 1) % Cfg::kConsumers, kTurnThreads);
