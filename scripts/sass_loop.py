@@ -76,8 +76,12 @@ def main():
     parser.add_argument("sass", help="nvdisasm -g -c output")
     parser.add_argument("kernel", help="a substring of the mangled kernel name")
     args = parser.parse_args()
-    with open(args.sass) as f:
-        found = [(name, body) for name, body in kernels(f.read()) if args.kernel in name]
+    try:
+        with open(args.sass) as f:
+            text = f.read()
+    except OSError as e:
+        sys.exit(f"{args.sass}: cannot read it ({e.strerror}); see --help")
+    found = [(name, body) for name, body in kernels(text) if args.kernel in name]
     if not found:
         sys.exit(f"{args.sass}: no function whose name holds {args.kernel!r}")
     for name, body in found:

@@ -47,3 +47,11 @@ def test_unknown_kernel_is_an_error(tmp_path):
     result = run(tmp_path, "missing")
     assert result.returncode != 0
     assert "no function whose name holds 'missing'" in result.stderr
+
+
+def test_missing_disassembly_is_an_error(tmp_path):
+    missing = tmp_path / "none.sass"
+    result = subprocess.run([sys.executable, str(SCRIPT), str(missing), "kernel"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert f"{missing}: cannot read it" in result.stderr
