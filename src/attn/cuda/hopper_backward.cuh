@@ -395,7 +395,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_wait(stage_full(s), ((it - 1) / kStages) & 1);
       fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
     }
-    const Operand q_rows(sQ + s * QTile::kBytes, 0), do_rows(sdO + s * QTile::kBytes, 0);
+    // Advanced at every head dim: made at every tile, they are not held across the loop (at d64
+    // the loop-wide bases below are rebuilt per product instead; kAdvanceDescriptors).
+    const GmmaOperand<true> q_rows(sQ + s * QTile::kBytes, 0), do_rows(sdO + s * QTile::kBytes, 0);
     const float* lse = stat + s * 2 * kBM;
     const float* dlt = lse + kBM;
 
@@ -508,7 +510,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int s = it % kStages;
     // dO and Q read MN-major, from this warpgroup's own columns.
     const uint32_t stage = s * QTile::kBytes + own_cols;
-    const Operand do_cols(sdO + stage, QTile::kBlockBytes), q_cols(sQ + stage, QTile::kBlockBytes);
+    const GmmaOperand<true> do_cols(sdO + stage, QTile::kBlockBytes),
+        q_cols(sQ + stage, QTile::kBlockBytes);
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries). With atomic dQ, dV's
     // product, then dQ's, then dK's, so that dQ goes to the reducing warps while dK's product is
     // still on the tensor cores (FlashAttention 3's order). Measured on the H200 (bf16, d128,
