@@ -395,7 +395,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_wait(stage_full(s), ((it - 1) / kStages) & 1);
       fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
     }
-    const Operand q_rows(sQ + s * QTile::kBytes, 0), do_rows(sdO + s * QTile::kBytes, 0);
+    // Advanced at every head dim: made at every tile, they are not held across the loop (at d64
+    // the loop-wide bases below are rebuilt per product instead; kAdvanceDescriptors).
+    const GmmaOperand<true> q_rows(sQ + s * QTile::kBytes, 0), do_rows(sdO + s * QTile::kBytes, 0);
     const float* lse = stat + s * 2 * kBM;
     const float* dlt = lse + kBM;
 
@@ -442,22 +444,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const RowVisibility vis =
         row_visibility(seq, m0, p.causal, p.window_left, p.window_right, kBM);
     const int queries = seq.q_len - m0 < kBM ? static_cast<int>(seq.q_len - m0) : kBM;
+    if constexpr (!kSoftcap) {
+      // The exponentials, then the mask only where the tile is not wholly visible (one branch a
+      // tile; in one loop ptxas branched around each score's test).
 #pragma unroll
-    for (int i = 0; i < kBM / 8; ++i)
+      for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = i * 8 + 2 * qd + (c & 1);
-        float raw, slope;
-        raw_and_slope<kSoftcap>(st[4 * i + c], p.softmax_scale, p.softcap, raw, slope);
-        float pr = fast_exp2(fmaf(raw, c_log2, -lse[col] * kLog2e));
-        if (!full) {
-          const int shifted = key0 + 8 * (c / 2) - col;
-          if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
-            pr = 0.f;
-        }
-        st[4 * i + c] = pr;
-        if constexpr (kSoftcap) dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col]) * slope;
+        for (int c = 0; c < 4; ++c)
+          st[4 * i + c] =
+              fast_exp2(fmaf(st[4 * i + c], c_log2, -lse[i * 8 + 2 * qd + (c & 1)] * kLog2e));
+      if (!full) {
+#pragma unroll
+        for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int col = i * 8 + 2 * qd + (c & 1);
+            const int shifted = key0 + 8 * (c / 2) - col;
+            if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
+              st[4 * i + c] = 0.f;
+          }
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int col = i * 8 + 2 * qd + (c & 1);
+          float raw, slope;
+          raw_and_slope<kSoftcap>(st[4 * i + c], p.softmax_scale, p.softcap, raw, slope);
+          float pr = fast_exp2(fmaf(raw, c_log2, -lse[col] * kLog2e));
+          if (!full) {
+            const int shifted = key0 + 8 * (c / 2) - col;
+            if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
+              pr = 0.f;
+          }
+          st[4 * i + c] = pr;
+          dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col]) * slope;
+        }
+    }
     if constexpr (!kSoftcap) {
       wgmma_wait<0>();
       pin_registers(dpt);
@@ -486,7 +510,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int s = it % kStages;
     // dO and Q read MN-major, from this warpgroup's own columns.
     const uint32_t stage = s * QTile::kBytes + own_cols;
-    const Operand do_cols(sdO + stage, QTile::kBlockBytes), q_cols(sQ + stage, QTile::kBlockBytes);
+    const GmmaOperand<true> do_cols(sdO + stage, QTile::kBlockBytes),
+        q_cols(sQ + stage, QTile::kBlockBytes);
     // dV += P^T dO and dK += dS^T Q: B = dO, Q read MN-major (rows = queries). With atomic dQ, dV's
     // product, then dQ's, then dK's, so that dQ goes to the reducing warps while dK's product is
     // still on the tensor cores (FlashAttention 3's order). Measured on the H200 (bf16, d128,
