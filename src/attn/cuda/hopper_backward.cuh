@@ -42,8 +42,8 @@ namespace varpack::cuda {
 // product and of dK and dV); only without atomic dQ (whose accumulator rows are D wide).
 // SplitColumns (head dim 256, where one warpgroup cannot hold dK and dV of 64 keys x D): a block
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
-// columns (both compute S^T and dP^T); only without atomic dQ, so without dS^T or dQ in shared
-// memory.
+// columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
+// in shared memory.
 // PingPong (only without atomic dQ, whose dQ product joins the two compute warpgroups at every
 // tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
@@ -51,12 +51,20 @@ namespace varpack::cuda {
 // P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
+// SplitScores (with SplitColumns, without ping-pong): with split columns alone both warpgroups
+// compute S^T and dP^T for all of the block's 64 keys and the tile's queries, so a third of the
+// dK/dV pass's tensor work is done twice. With SplitScores each computes them for half of the
+// tile's queries, and P^T and dS^T reach both through shared memory (two buffers, one barrier a
+// tile), from where dV's and dK's products read them: 4 products' work a tile instead of 6, and
+// half of the P^T / dS^T arithmetic per warpgroup.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, bool IssueAhead = false>
+          bool PingPong = false, bool IssueAhead = false, bool SplitScores = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
   static_assert(!SplitColumns || DataD == D, "halves of whole 64-column blocks");
+  static_assert(!SplitScores || (SplitColumns && !PingPong),
+                "scores split by queries: both warpgroups on the same keys, a barrier a tile");
   static constexpr int kD = D;
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
@@ -64,6 +72,7 @@ struct HopperBackwardTile {
   // Atomic dQ: producer warps 2 and 3 add dQ to the accumulator, the rows split between them.
   static constexpr int kReducerWarps = 2;
   static constexpr bool kIssueAhead = IssueAhead;
+  static constexpr bool kSplitScores = SplitScores;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -98,7 +107,9 @@ struct HopperBackwardTile {
   static constexpr int kQOffset = 2 * KvTile::kBytes;
   static constexpr int kDoOffset = kQOffset + kStages * QTile::kBytes;
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
-  static constexpr int kDqOffset = kDsOffset + (SplitColumns ? 0 : DsTile::kBytes);
+  // dS^T (atomic dQ); with SplitScores two buffers of P^T and dS^T.
+  static constexpr int kDqOffset =
+      kDsOffset + (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
   static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
@@ -135,8 +146,9 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // / 207.1 in a second run), against 160.1 / 220.4 / 249.0 / 194.3 with 64-query tiles and 2 stages
 // (the shape above), 160.2 / 221.9 / 250.5 / 194.7 with 3 stages and 158.9 / 219.8 / 247.1 / 192.6
 // with 4. 76-80 bytes of spills (64-query tiles: 48).
-// Ping-pong (the dK/dV pass of the two-pass backward, d64's deterministic mode) at d64 and
-// d256, where it measured no slower anywhere; not at d128 and d96. Measured on the H200 (bf16,
+// Ping-pong (the dK/dV pass of the two-pass backward, d64's deterministic mode) at d64, where it
+// measured no slower anywhere (d256's too, until SplitScores replaced it there, below); not at
+// d128 and d96. Measured on the H200 (bf16,
 // causal, 16 heads, tile_shapes with the variants interleaved, 2026-12-01 14:01 UTC), the whole
 // two-pass backward with / without it, TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed / 3% / 25%
 // padding: d64 184.2 / 279.5 / 320.8 / 234.3 / 265.3 / 248.0 against 183.2 / 276.7 / 317.1 /
@@ -152,8 +164,14 @@ struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2, 64, false, true
 // (both without atomic dQ: the two-pass backward, launch_hopper_backward).
 template <>
 struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
+// d256: S^T and dP^T split by queries (SplitScores), the next tile's issued ahead. Measured on the
+// H200 (bf16, causal, 16 heads, tile_shapes, 2026-12-01 22:20 UTC), the whole two-pass backward,
+// TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: 260.2 / 347.7 / 385.0 / 320.4, against 255.4 /
+// 336.6 / 371.8 / 315.1 without issuing ahead and 251.3 / 332.0 / 354.7 / 306.7 for the earlier
+// shape (both warpgroups computing all of the scores, in ping-pong; 234.5 / 311.4 / 338.8 / 299.1
+// before the mask hoist of the same call's branch).
 template <>
-struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, true> {};
+struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, false, true, true> {};
 
 // The atomic-dQ backward's shape (head dims 64 and 128; launch_hopper_backward). d128: the next
 // tile's scores issued after this tile's dK (IssueAhead); measured on the H200 (bf16, causal, 16
@@ -352,6 +370,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const Operand v_rows(sV + wg * Cfg::kWarpgroupKeys * 128, 0);
   const uint32_t own_cols = Cfg::kSplitColumns ? wg * (kOwnCols / 64) * QTile::kBlockBytes : 0;
   const int warp_key = Cfg::kSplitColumns ? (warp % 4) * 16 : warp * 16;
+  // The tile's queries whose S^T and dP^T this warpgroup computes: all, or with SplitScores its
+  // half, from q0.
+  constexpr bool kSplitScores = Cfg::kSplitScores;
+  constexpr int kScoreQueries = kSplitScores ? kBM / 2 : kBM;
+  const int q0 = kSplitScores ? wg * kScoreQueries : 0;
   // dQ = dS K for this warpgroup's 64 query rows dq_row0 .. and kDqCols columns dq_col0 ..: dS^T
   // read MN-major from that query block, K read MN-major from that column offset.
   const int dq_row0 = wg % Cfg::kDqRowBlocks * 64;
@@ -397,13 +420,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     // Advanced at every head dim: made at every tile, they are not held across the loop (at d64
     // the loop-wide bases below are rebuilt per product instead; kAdvanceDescriptors).
-    const GmmaOperand<true> q_rows(sQ + s * QTile::kBytes, 0), do_rows(sdO + s * QTile::kBytes, 0);
-    const float* lse = stat + s * 2 * kBM;
+    // This warpgroup's queries q0 .. q0 + kScoreQueries - 1 of the tile (SplitScores: its half;
+    // 128-byte rows, so the half starts on an 8-row group and keeps the swizzle's phase).
+    const GmmaOperand<true> q_rows(sQ + s * QTile::kBytes + q0 * 128, 0),
+        do_rows(sdO + s * QTile::kBytes + q0 * 128, 0);
+    const float* lse = stat + s * 2 * kBM + q0;
     const float* dlt = lse + kBM;
 
-    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x 64 queries, both K-major, in two
-    // groups, so that P^T = exp(S^T - lse) is computed while dP^T is still on the tensor cores.
-    float st[kBM / 2], dpt[kBM / 2];
+    // S^T = K Q^T and dP^T = V dO^T: this warpgroup's 64 keys x kScoreQueries queries, both
+    // K-major, in two groups, so that P^T = exp(S^T - lse) is computed while dP^T is still on the
+    // tensor cores.
+    float st[kScoreQueries / 2], dpt[kScoreQueries / 2];
     pin_registers(st);
     pin_registers(dpt);
     begin_turn();
@@ -411,7 +438,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 columns = 32 bytes inside a 128-byte row
-      Wgmma<T, kBM>::template ss<0, 0>(
+      Wgmma<T, kScoreQueries>::template ss<0, 0>(
           st, k_rows.at((kk / 4) * KvTile::kBlockBytes + col),
           q_rows.at((kk / 4) * QTile::kBlockBytes + col), kk > 0);
     }
@@ -419,7 +446,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kDataD / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;
-      Wgmma<T, kBM>::template ss<0, 0>(
+      Wgmma<T, kScoreQueries>::template ss<0, 0>(
           dpt, v_rows.at((kk / 4) * KvTile::kBlockBytes + col),
           do_rows.at((kk / 4) * QTile::kBlockBytes + col), kk > 0);
     }
@@ -437,7 +464,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     pin_registers(st);
 
     // P^T, and with softcap dS^T; accumulator (row, column) = (key warp_key + g + 8 * (c / 2),
-    // query 8i + 2qd + c % 2).
+    // query q0 + 8i + 2qd + c % 2).
     const bool full = tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                                          p.window_right);
     // Query m0 + col sees key j iff vis.begin + col <= j < vis.end + col, col < queries, j < k_len.
@@ -446,19 +473,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int queries = seq.q_len - m0 < kBM ? static_cast<int>(seq.q_len - m0) : kBM;
     if constexpr (!kSoftcap) {
       // The exponentials, then the mask only where the tile is not wholly visible (one branch a
-      // tile; in one loop ptxas branched around each score's test).
+      // tile; in one loop ptxas branched around each score's test: d128's atomic loop 921 -> 767
+      // instructions). Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the
+      // previous library, 2026-12-01 22:15 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed:
+      // d128 atomic 302.6 / 455.1 / 518.4 / 411.4 against 285.0 / 419.3 / 468.4 / 373.4, its
+      // deterministic mode 280.0 / 402.8 / 450.0 / 363.3 against 268.2 / 383.7 / 429.9 / 340.4,
+      // d96 236.0 / 344.4 / 395.0 / 317.4 against 219.4 / 330.2 / 368.3 / 284.6, d256 251.3 /
+      // 332.0 / 354.7 / 306.7 against 236.2 / 311.6 / 338.3 / 295.1, d64 (with its per-tile
+      // descriptors advanced, below) 220.0 / 362.6 / 422.2 / 307.4 against 200.3 / 318.9 / 376.0 /
+      // 269.4 (the previous library's second run within 1.5% of its first).
 #pragma unroll
-      for (int i = 0; i < kBM / 8; ++i)
+      for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
         for (int c = 0; c < 4; ++c)
           st[4 * i + c] =
               fast_exp2(fmaf(st[4 * i + c], c_log2, -lse[i * 8 + 2 * qd + (c & 1)] * kLog2e));
       if (!full) {
 #pragma unroll
-        for (int i = 0; i < kBM / 8; ++i)
+        for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const int col = i * 8 + 2 * qd + (c & 1);
+            const int col = q0 + i * 8 + 2 * qd + (c & 1);
             const int shifted = key0 + 8 * (c / 2) - col;
             if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
               st[4 * i + c] = 0.f;
@@ -466,45 +501,64 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < kBM / 8; ++i)
+      for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const int col = i * 8 + 2 * qd + (c & 1);
+          const int col = q0 + i * 8 + 2 * qd + (c & 1);
           float raw, slope;
           raw_and_slope<kSoftcap>(st[4 * i + c], p.softmax_scale, p.softcap, raw, slope);
-          float pr = fast_exp2(fmaf(raw, c_log2, -lse[col] * kLog2e));
+          float pr = fast_exp2(fmaf(raw, c_log2, -lse[col - q0] * kLog2e));
           if (!full) {
             const int shifted = key0 + 8 * (c / 2) - col;
             if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
               pr = 0.f;
           }
           st[4 * i + c] = pr;
-          dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col]) * slope;
+          dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
         }
     }
     if constexpr (!kSoftcap) {
       wgmma_wait<0>();
       pin_registers(dpt);
 #pragma unroll
-      for (int i = 0; i < kBM / 8; ++i)
+      for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
         for (int c = 0; c < 4; ++c) dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
     } else {
       pin_registers(dpt);
     }
-    // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
-    // and dS^T into shared memory for the dQ product.
+    if constexpr (kSplitScores) {
+      // P^T and dS^T of this warpgroup's queries into this tile's buffer, for both warpgroups'
+      // products. The buffer was last read by the products of two tiles ago, which both
+      // warpgroups waited for (finish, or IssueAhead's wait in the previous tile's scores) before
+      // the previous tile's barrier here.
+      const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
 #pragma unroll
-    for (int i = 0; i < kBM / 8; ++i)
+      for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
-        dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
-        if constexpr (kAtomicDq)
-          st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
-                        dsf[i / 2][(i & 1) * 2 + r]);
-      }
-    if constexpr (kAtomicDq) fence_proxy_async();
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t at = DsTile::offset(warp_key + g + 8 * r, q0 / 8 + i) + 4 * qd;
+          st_shared_b32(buf + at, Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]));
+          st_shared_b32(buf + DsTile::kBytes + at,
+                        Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]));
+        }
+      fence_proxy_async();  // before the products read them
+      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+    } else {
+      // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
+      // and dS^T into shared memory for the dQ product.
+#pragma unroll
+      for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
+          dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
+          if constexpr (kAtomicDq)
+            st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+                          dsf[i / 2][(i & 1) * 2 + r]);
+        }
+      if constexpr (kAtomicDq) fence_proxy_async();
+    }
   };
   auto products = [&](int it) {
     const int s = it % kStages;
@@ -568,6 +622,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       fence_proxy_async();  // before the bulk reductions read them
       named_barrier_arrive(kDqFull + b, kDqHandoff);
+    } else if constexpr (kSplitScores) {
+      // P^T and dS^T from this tile's buffer, K-major (rows = keys, k-step kk = 16 queries).
+      const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
+      const GmmaOperand<true> p_rows(buf, 0), ds_t_rows(buf + DsTile::kBytes, 0);
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk) {
+        const uint32_t at = (kk / 4) * DsTile::kBlockBytes + (kk % 4) * 32;
+        Wgmma<T, kOwnCols>::template ss<0, 1>(dv, p_rows.at(at), do_cols.at(kk * 2048), 1);
+        Wgmma<T, kOwnCols>::template ss<0, 1>(dk, ds_t_rows.at(at), q_cols.at(kk * 2048), 1);
+      }
+      wgmma_commit();
     } else {
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk) {

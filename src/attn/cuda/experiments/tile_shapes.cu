@@ -114,7 +114,12 @@ int main(int argc, char** argv) {
       // passes, dK/dV split by columns over 64-key blocks).
       {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d256 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 256>(p, ws, nullptr); }, false, 256},
-      {"wgmma bwd d256 two passes, no pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true>>(p, ws, nullptr); }, false, 256},
+      // The library's (above): S^T and dP^T split by queries between the warpgroups (SplitScores), the
+      // next tile's issued ahead; then the same without issuing ahead, and the earlier shapes,
+      // where both warpgroups compute all of the scores.
+      {"wgmma bwd d256 split scores, no issue-ahead", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, false, false, true>>(p, ws, nullptr); }, false, 256},
+      {"wgmma bwd d256 scores twice, pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, true>>(p, ws, nullptr); }, false, 256},
+      {"wgmma bwd d256 scores twice, no pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true>>(p, ws, nullptr); }, false, 256},
       // Head dim 96: the Hopper kernel on d128's tiles (columns past 96 zero).
       {"mma fwd d96 (sm_80)", [](auto& p, void*) { launch_forward<T, 96>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr); }, true, 96},
