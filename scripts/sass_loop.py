@@ -20,6 +20,7 @@ dependency of varpack):
 import argparse
 import collections
 import re
+import signal
 import sys
 
 
@@ -101,4 +102,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when the reader stops early (| head)
     main()
