@@ -440,10 +440,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_wait(stage_full(s), ((it - 1) / kStages) & 1);
       fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
     }
+    // Over this warpgroup's queries q0 .. q0 + kScoreQueries - 1 of the tile (SplitScores: its
+    // half; 128-byte rows, so the half starts on an 8-row group and keeps the swizzle's phase).
     // Advanced at every head dim: made at every tile, they are not held across the loop (at d64
     // the loop-wide bases below are rebuilt per product instead; kAdvanceDescriptors).
-    // This warpgroup's queries q0 .. q0 + kScoreQueries - 1 of the tile (SplitScores: its half;
-    // 128-byte rows, so the half starts on an 8-row group and keeps the swizzle's phase).
     const GmmaOperand<true> q_rows(sQ + s * QTile::kBytes + q0 * 128, 0),
         do_rows(sdO + s * QTile::kBytes + q0 * 128, 0);
     const float* lse = stat + s * 2 * kBM + q0;
