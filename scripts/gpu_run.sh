@@ -10,7 +10,8 @@
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
-#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench: both benchmarks (the standalone one on both kernel paths); sanitize:
+#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench: both benchmarks (the standalone one on both kernel paths)
+#   and the kernel-by-kernel trace of one torch step (bench/cuda/trace_step.py); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
@@ -144,6 +145,8 @@ if [[ $want == *" bench "* ]]; then
     VARPACK_CUDA_KERNELS=mma step bench.log bench_mma 120 build-gpu/bench_attention_cuda 20
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
+  [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log trace_step 120 python3 \
+    bench/cuda/trace_step.py
 fi
 # Each small case runs both backward modes, so the atomic path is sanitized too; the Hopper forward
 # runs several heads per block (its head-to-head hand-over is where a race would be), in both

@@ -1,0 +1,68 @@
+"""Where one forward+backward step of varpack's attention spends its GPU time, kernel by kernel.
+
+bench_attention_gpu.py times the backward as (forward+backward) - forward through torch, and at
+16 x 4k that has come out ~0.29 ms slower than the standalone benchmark's calls of the same
+kernels. This script records the step with torch.profiler and prints every CUDA kernel (and
+memset / copy) it ran, with its count and mean time, so the difference can be attributed: a
+kernel that only the torch path runs, or the same kernels running slower there.
+
+Run: python bench/cuda/trace_step.py [--rows 16] [--len 4096] [--d 128] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import varpack
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--len", type=int, default=4096)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+
+    total = args.rows * args.len
+    cu = torch.arange(0, total + 1, args.len, dtype=torch.int32, device="cuda")
+    q, k, v = (torch.randn(total, args.heads, args.d, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    dout = torch.randn_like(q)
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        varpack.flash_attn_varlen_func(q, k, v, cu, cu, args.len, args.len,
+                                       causal=True).backward(dout)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            step()
+        torch.cuda.synchronize()
+
+    # Device-side events only: kernels, memsets and copies, grouped by name.
+    times = defaultdict(list)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name].append(e.device_time)  # microseconds
+    print(f"{args.rows} x {args.len}, d{args.d}, {args.heads} heads: {args.steps} steps")
+    print(f"{'count':>6} {'mean us':>10} {'total us/step':>14}  name")
+    per_step = 0.0
+    for name, ts in sorted(times.items(), key=lambda kv: -sum(kv[1])):
+        share = sum(ts) / args.steps
+        per_step += share
+        print(f"{len(ts):>6} {sum(ts) / len(ts):>10.1f} {share:>14.1f}  {name[:110]}")
+    print(f"GPU busy per step: {per_step / 1000:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
