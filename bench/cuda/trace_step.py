@@ -2,9 +2,11 @@
 
 bench_attention_gpu.py times the backward as (forward+backward) - forward through torch, and at
 16 x 4k that has come out ~0.29 ms slower than the standalone benchmark's calls of the same
-kernels. This script records the step with torch.profiler and prints every CUDA kernel (and
-memset / copy) it ran, with its count and mean time, so the difference can be attributed: a
-kernel that only the torch path runs, or the same kernels running slower there.
+kernels. This script times the step as that benchmark does (CUDA events, every repetition queued
+before the host waits), then records it with torch.profiler and prints every CUDA kernel (and
+memset / copy) it ran, with its count and mean time, and how long the GPU was busy against the
+span from the first kernel's start to the last one's end: a kernel that only the torch path runs,
+the same kernels running slower there, or the GPU waiting between them.
 
 Run: python bench/cuda/trace_step.py [--rows 16] [--len 4096] [--d 128] [--steps 10]
 """
@@ -44,16 +46,25 @@ def main():
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(args.steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    event_ms = start.elapsed_time(end) / args.steps
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
             step()
         torch.cuda.synchronize()
 
     # Device-side events only: kernels, memsets and copies, grouped by name.
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
     times = defaultdict(list)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            times[e.name].append(e.device_time)  # microseconds
+    for e in kernels:
+        times[e.name].append(e.device_time)  # microseconds
+    first_start, last_end = kernels[0].time_range.start, kernels[-1].time_range.end
     print(f"{args.rows} x {args.len}, d{args.d}, {args.heads} heads: {args.steps} steps")
     print(f"{'count':>6} {'mean us':>10} {'total us/step':>14}  name")
     per_step = 0.0
@@ -61,7 +72,15 @@ def main():
         share = sum(ts) / args.steps
         per_step += share
         print(f"{len(ts):>6} {sum(ts) / len(ts):>10.1f} {share:>14.1f}  {name[:110]}")
-    print(f"GPU busy per step: {per_step / 1000:.3f} ms")
+    # Where the GPU waited: the longest gaps between one kernel's end and the next one's start.
+    gaps = sorted(((b.time_range.start - a.time_range.end, a.name, b.name)
+                   for a, b in zip(kernels, kernels[1:])), reverse=True)
+    print("longest gaps (us, after -> before):")
+    for gap, after, before in gaps[:6]:
+        print(f"{gap:>10.1f}  {after[:50]} -> {before[:50]}")
+    span = (last_end - first_start) / args.steps
+    print(f"per step: CUDA events (unprofiled) {event_ms:.3f} ms; profiled: GPU busy "
+          f"{per_step / 1000:.3f} ms of a {span / 1000:.3f} ms span (idle {(span - per_step) / 1000:.3f} ms)")
 
 
 if __name__ == "__main__":
