@@ -39,7 +39,8 @@ namespace varpack::cuda {
 // The block's shape: kQueryStep queries per tile (64 or 128), kStages load stages. DataD: the head
 // dim in memory where it is not a multiple of 64 (as in HopperForwardTile: D, the tiles' columns,
 // is the next one up; the columns past DataD are zeros in shared memory and left out of every
-// product and of dK and dV); only without atomic dQ (whose accumulator rows are D wide).
+// product but dQ's and of dK and dV; with atomic dQ, dQ's products compute those columns, zeros,
+// which are not added to the accumulator).
 // SplitColumns (head dim 256, where one warpgroup cannot hold dK and dV of 64 keys x D): a block
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
 // columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
@@ -206,8 +207,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
-  static_assert(!kAtomicDq || (kDataD == D && !Cfg::kSplitColumns),
-                "the dQ accumulator's rows are D wide; split columns keep no dQ staging");
+  // With atomic dQ and DataD < D (d96 on d128's tiles) the dQ products also compute the columns
+  // past DataD (zeros: K's columns there are), and only DataD of each row reach the accumulator,
+  // whose rows are DataD wide.
+  static_assert(!kAtomicDq || !Cfg::kSplitColumns, "split columns keep no dQ staging");
   constexpr int kOwnCols = Cfg::kOwnCols;
   constexpr int kBN = Cfg::kKeysPerBlock;
   constexpr int kBM = Cfg::kQueryStep;
@@ -361,8 +364,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
         named_barrier_sync(kDqFull + b, kDqHandoff);
         for (int r = first_row; r < rows; r += kRowStep)
-          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * D,
-                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, D * 4);
+          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
+                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
         bulk_commit();
         bulk_wait_read<0>();
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
@@ -740,10 +743,10 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
-  run_atomic_backward<T, Cfg::kD>(p, workspace, stream,
-                                  [&](const float* delta, float* dq_accum, cudaStream_t s) {
-                                    launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, s);
-                                  });
+  run_atomic_backward<T, Cfg::kDataD>(p, workspace, stream,
+                                      [&](const float* delta, float* dq_accum, cudaStream_t s) {
+                                        launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, s);
+                                      });
 }
 
 // The two-pass backward on Hopper with an explicit dK/dV shape (the experiments time several):
