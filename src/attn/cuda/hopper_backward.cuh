@@ -161,8 +161,8 @@ struct HopperBackwardConfig : HopperBackwardTile<D, 64, 2> {};
 // waiting on the P^T / dS^T arithmetic as much as the forward's on its softmax.
 template <>
 struct HopperBackwardConfig<64> : HopperBackwardTile<64, 128, 2, 64, false, true> {};
-// Head dim 96 on d128's tiles, and head dim 256 on 64-key blocks with dK and dV split by columns
-// (both without atomic dQ: the two-pass backward, launch_hopper_backward).
+// Head dim 96 on d128's tiles (the deterministic mode's two passes), and head dim 256 on 64-key
+// blocks with dK and dV split by columns (two passes in both modes: launch_hopper_backward).
 template <>
 struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
 // d256: S^T and dP^T split by queries (SplitScores), the next tile's issued ahead. Measured on the
@@ -190,6 +190,14 @@ struct HopperAtomicBackwardConfig<128>
     : HopperBackwardTile<128, 64, 2, 128, false, false, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
+// d96: d128's atomic shape; the dQ products run on d128's columns (K's columns past 96 are zeros)
+// and the reducing warps add 96 floats of each row. Measured on the H200 (bf16, causal, 16 heads,
+// tile_shapes, 2026-12-02 00:50 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: 257.8 /
+// 394.3 / 458.3 / 360.2 against 228.1 / 342.8 / 391.2 / 311.7 for d96's two passes and 253.2 /
+// 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead.
+template <>
+struct HopperAtomicBackwardConfig<96>
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -771,10 +779,11 @@ void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* works
 // - d64 (11:12 UTC, two rounds, the faster median): the two passes 182.4 / 275.8 / 315.2 / 233.6,
 //   atomic 162.3 / 239.6 / 273.7 / 207.5.
 // - d96 (12:20 UTC): the two passes 216.9 / 316.1 / 361.0 / 286.7, the mma.sync atomic backward
-//   143.0 / 182.4 / 199.6 / 166.0;
+//   143.0 / 182.4 / 199.6 / 166.0 (the Hopper atomic kernel on d128's tiles leads since
+//   2026-12-02: HopperAtomicBackwardConfig<96>);
 // - d256 (12:20 UTC): the two passes 230.9 / 299.2 / 329.4 / 294.3, the mma.sync atomic backward
 //   113.4 / 138.9 / 148.4 / 129.9.
-// d96 and d256 run the two passes only (hopper_backward_two_passes_only).
+// d256 runs the two passes only (hopper_backward_two_passes_only).
 template <class T, int D>
 void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
   constexpr bool kTwoPassesOnly = hopper_backward_two_passes_only(D);

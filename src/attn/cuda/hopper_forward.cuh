@@ -107,7 +107,7 @@ struct HopperForwardTile {
 //   through a K/V stage): 348 / 480 / 515 / 399.
 // - d64: two consumers, three stages, ping-pong 238 / 361 / 433 / 295; without ping-pong 222 /
 //   335 / 385 / 262; three consumers of 160 registers (two stages) 207 / 383 / 484 / 295, but they
-//   spill (52-332 bytes): past 4096 queries the library takes them (HopperForwardLongD64, below).
+//   spill (52-332 bytes): from 4096 queries the library takes them (HopperForwardLongD64, below).
 //   The block-synchronous kernel: 182 / 294 / 350 / 236.
 // - Persistent blocks (one per multiprocessor, taking (query tile, head) items round-robin, heaviest
 //   first): d128 380 / 453 / 507 / 466: the static round-robin leaves blocks unevenly loaded at
@@ -586,13 +586,14 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   check_launch("the Hopper forward kernel");
 }
 
-// d64 past 4096 queries: three consumers (192-query tiles, 160 registers each, two stages; ptxas
+// d64 from 4096 queries: three consumers (192-query tiles, 160 registers each, two stages; ptxas
 // spills 4 bytes, 52 with softcap). Measured on the H200 (bf16, causal, 16 heads, tile_shapes with
 // the variants interleaved, 2026-12-01 15:04 UTC), TFLOP/s two consumers -> three: 4 x 16k 410 ->
 // 471, 16 x 4096 at 3% padding 358 -> 390, 16 x 4k 385 -> 392; but 64 x 1k 274 -> 205, mixed
 // lengths 4096..17 283 -> 271 and 16 x 4096 at 25% padding 325 -> 319 (short sequences leave more
-// of a 192-query tile empty, and there are fewer blocks). So by the longest sequence: over 4096
-// queries (max_seqlen_q; unknown, 0, keeps two).
+// of a 192-query tile empty, and there are fewer blocks). So by the longest sequence: from 4096
+// queries (max_seqlen_q; unknown, 0, keeps two), where two of the three batches measured gained
+// (until 2026-12-02 over 4096, which left 16 x 4k and 3% padding on two consumers).
 struct HopperForwardLongD64
     : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false> {};
 inline constexpr int64_t kLongD64Queries = 4096;
@@ -600,7 +601,7 @@ inline constexpr int64_t kLongD64Queries = 4096;
 template <class T, int D>
 void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
   if constexpr (D == 64) {
-    if (p.max_seqlen_q > kLongD64Queries)
+    if (p.max_seqlen_q >= kLongD64Queries)
       return launch_hopper_forward_with<T, HopperForwardLongD64>(p, stream);
   }
   launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream);

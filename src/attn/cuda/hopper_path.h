@@ -8,11 +8,8 @@ namespace varpack::cuda {
 bool use_hopper_kernels();
 
 // The head dims whose Hopper backward runs as two passes in both modes (dK/dV, then the wgmma dQ
-// pass: no fp32 dQ accumulator); d64's and d128's non-deterministic mode accumulates dQ
-// atomically (d96 runs on d128's tiles, which a 96-float dQ row would not match; d256's blocks
-// have no room to stage dQ).
-constexpr bool hopper_backward_two_passes_only(int head_dim) {
-  return head_dim == 96 || head_dim == 256;
-}
+// pass: no fp32 dQ accumulator): d256, whose blocks have no room to stage dQ. d64's, d96's and
+// d128's non-deterministic mode accumulates dQ atomically.
+constexpr bool hopper_backward_two_passes_only(int head_dim) { return head_dim == 256; }
 
 }  // namespace varpack::cuda
