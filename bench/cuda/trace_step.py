@@ -1,8 +1,9 @@
 """Where one forward+backward step of varpack's attention spends its GPU time, kernel by kernel.
 
 bench_attention_gpu.py times the backward as (forward+backward) - forward through torch, and at
-16 x 4k that has come out ~0.29 ms slower than the standalone benchmark's calls of the same
-kernels. This script times the forward and the step as that benchmark does (an event pair per
+16 x 4k that came out ~0.29 ms slower than the standalone benchmark's calls of the same kernels
+(on 2026-12-02 this script found no idle time and no extra kernel in the step: the forward runs
+slower inside a step than alone; bench/results/cuda.md). This script times the forward and the step as that benchmark does (an event pair per
 repetition, every repetition queued before the host waits, the median), then records the step
 with torch.profiler (after a step of profiler warm-up) and prints every CUDA kernel (and memset /
 copy) it ran, with its count and mean time, and how long the GPU was busy against the span from
@@ -15,23 +16,27 @@ Run: python bench/cuda/trace_step.py [--rows 16] [--len 4096] [--d 128] [--steps
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 from collections import defaultdict
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 import varpack
+from bench_attention_gpu import median_ms  # this script's directory is on sys.path
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=16)
-    ap.add_argument("--len", type=int, default=4096)
-    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--rows", type=int, default=16, help="sequences in the batch")
+    ap.add_argument("--len", type=int, default=4096, help="tokens per sequence (causal, bf16)")
+    ap.add_argument("--d", type=int, default=128, help="head dim: 64, 96, 128 or 256")
     ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=20, help="steps timed, then steps profiled")
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("trace_step.py: no CUDA device; it times varpack's GPU kernels (run it on the GPU "
+                 "machine, e.g. through scripts/gpu_run.sh bench)")
 
     total = args.rows * args.len
     cu = torch.arange(0, total + 1, args.len, dtype=torch.int32, device="cuda")
@@ -45,32 +50,20 @@ def main():
         varpack.flash_attn_varlen_func(q, k, v, cu, cu, args.len, args.len,
                                        causal=True).backward(dout)
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    # As bench_attention_gpu.py times: an event pair per repetition, all queued, the median.
-    def median_ms(fn):
-        pairs = []
-        for _ in range(args.steps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            pairs.append((a, b))
-        torch.cuda.synchronize()
-        return statistics.median(a.elapsed_time(b) for a, b in pairs)
-
+    # As bench_attention_gpu.py times (its own function): an event pair per repetition, all
+    # queued, the median, after warm-up.
     with torch.no_grad():
         forward_ms = median_ms(lambda: varpack.flash_attn_varlen_func(
-            q, k, v, cu, cu, args.len, args.len, causal=True))
-    step_ms = median_ms(step)
+            q, k, v, cu, cu, args.len, args.len, causal=True), args.steps)
+    step_ms = median_ms(step, args.steps)
     # The profiler's first step pays its own start-up (a ~1 ms gap): recorded steps follow one
-    # warm-up step.
+    # warm-up step, finished before they start (else its last kernel is counted with them), and
+    # the last one's kernels are finished before its prof.step() ends the recording.
     with profile(activities=[ProfilerActivity.CUDA],
                  schedule=schedule(wait=0, warmup=1, active=args.steps, repeat=1)) as prof:
         for i in range(1 + args.steps):
             step()
-            if i == args.steps:  # the last prof.step() ends the recording: kernels done first
+            if i in (0, args.steps):
                 torch.cuda.synchronize()
             prof.step()
 
