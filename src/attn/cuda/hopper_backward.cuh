@@ -182,7 +182,10 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, fal
 // two-pass shapes above keep the plain loop. d64: 128-query tiles (ping-pong does not apply with
 // atomic dQ); since two warps add dQ it beats d64's two passes, the same call: 201.0 / 321.0 /
 // 373.2 / 269.5 against 182.5 / 278.4 / 317.2 / 233.0 (the 64-query shape with IssueAhead:
-// 199.9 / 295.7 / 335.2 / 253.6).
+// 199.9 / 295.7 / 335.2 / 253.6). Tried on 2026-12-02 01:50 UTC (two rounds, branch
+// wip/skip-dead-keys), not kept: on the first query tile of a key block, whose queries see none of
+// the second compute warpgroup's keys, that warpgroup skipping dV's and dK's products: d128 294.5
+// / 431.3 / 482.7 / 386.6 against 305.8 / 456.8 / 515.1 / 406.5 (ptxas: 4 fences injected).
 template <int D>
 struct HopperAtomicBackwardConfig;
 template <>

@@ -128,6 +128,15 @@ struct HopperForwardTile {
 //   / 506 / 462 against 395 / 553 / 593 / 444 / 517 / 475, d64 and d96 2-4% slower too (32 or 64
 //   of O's values per thread against 64 scores per tile: the branch and its compares cost more
 //   than the multiplies saved), softcap at d128 equal. So at d256 only.
+// - Tried on 2026-12-02 (tile_shapes, one call each, bf16, causal, 16 heads; TFLOP/s at 64 x 1k /
+//   16 x 4k / 4 x 16k / mixed against the library's in the same call; branches in cuda.md), none
+//   kept: d128 on 64-key tiles, four stages (the same shared memory) 331 / 414 / 432 / 385 against
+//   387 / 537 / 565 / 456 (three stages: equal to four); d64 on 64-key tiles, six stages 238 / 318
+//   / 349 / 250 against 279 / 402 / 416 / 285; the last key tile's products on its first 64 keys
+//   where a consumer's rows see no more (the first consumer on the causal diagonal) 382 / 555 /
+//   577 / 438 against 413 / 574 / 591 / 460 (ptxas: 52 bytes of spills at the item's end); the
+//   output staged at an item's end and copied out under the next item's first S = Q K^T 384 / 548
+//   / 613 / 455 against 407 / 559 / 618 / 457.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
@@ -482,7 +491,8 @@ inline int multiprocessor_count() {
 // are a small part of its work, and the longer blocks' tail can cost more than their overlap saves
 // (4 x 16k, 8256 keys: 1 head the fastest in both measurements above and at 10:53 UTC, 644 / 608
 // (2) / 578 (4); with two rounds per variant, 11:12 UTC, 574 / 575 (the rule's, now 1) / 583 (4):
-// within the noise there).
+// within the noise there). But on 2026-12-02 (tile_shapes, two calls) 4 heads beat the rule's 1 at
+// 4 x 16k: 603 and 580 against 584 and 565 TFLOP/s (2 heads not measured; rule not changed yet).
 // sms: the device's multiprocessors. VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the
 // head count up to k (the tests use it: their batches are too small for the rule to pick more
 // than one head).
