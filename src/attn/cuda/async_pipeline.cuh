@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks for warp-specialized kernels: shared-memory barriers (mbarrier)
 // that hand pipeline stages between a producer and consumers, cp.async and TMA completions counted
-// on them, bulk asynchronous reductions from shared to global memory, and the per-warpgroup register
-// budget (setmaxnreg). Like wgmma.cuh, only the Hopper kernels use these, under
+// on them, bulk asynchronous reductions from shared to global memory, and the per-warpgroup
+// register budget (setmaxnreg). Like wgmma.cuh, only the Hopper kernels use these, under
 // __CUDA_ARCH_FEAT_SM90_ALL.
 #pragma once
 
@@ -77,7 +77,9 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shar
       "r"(shared), "r"(bytes)
       : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
 // Waits until at most N of this thread's committed bulk groups have not yet read their
 // shared-memory sources (the others' buffers may be refilled, or the block exit: the global side
 // completes on its own).

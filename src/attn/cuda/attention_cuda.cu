@@ -49,8 +49,9 @@ void dispatch(const AttentionParams& p, F&& f) {
 void check_attention_params_cuda(const AttentionParams& p) {
   require(p.dtype == DType::bf16 || p.dtype == DType::f16,
           "dtype must be bf16 or f16 (fp32 and fp64 run on the CPU paths)");
-  require(p.head_dim == 64 || p.head_dim == 96 || p.head_dim == 128 || p.head_dim == 256,
-          "head_dim " + std::to_string(p.head_dim) + " is not compiled; supported: 64, 96, 128, 256");
+  require(
+      p.head_dim == 64 || p.head_dim == 96 || p.head_dim == 128 || p.head_dim == 256,
+      "head_dim " + std::to_string(p.head_dim) + " is not compiled; supported: 64, 96, 128, 256");
   require(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0,
           "heads (" + std::to_string(p.heads) + ") must be a positive multiple of kv_heads (" +
               std::to_string(p.kv_heads) + ")");
@@ -68,7 +69,8 @@ void check_attention_params_cuda(const AttentionParams& p) {
 void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
   check_attention_params_cuda(p);
   check_tensor("out", p.out, p.out_row_stride, p.out_head_stride);
-  dispatch(p, [&](auto t, auto d) { cuda::run_forward<decltype(t), decltype(d)::value>(p, stream); });
+  dispatch(p,
+           [&](auto t, auto d) { cuda::run_forward<decltype(t), decltype(d)::value>(p, stream); });
 }
 
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& p) {

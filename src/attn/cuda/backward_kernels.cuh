@@ -2,17 +2,19 @@
 // AttentionBackwardParams::deterministic:
 //  deterministic (three launches, no atomics, bit-identical run to run):
 //   1. delta_kernel:  Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] (fp32, into the workspace).
-//   2. dkdv_kernel:   one block per (kv head, key tile); each warp owns 16 keys and walks every query
-//                     tile of every q head of its group that can see them, recomputing P^T = exp(S^T -
-//                     lse) and accumulating dV += P^T dO and dK += dS^T Q in registers.
+//   2. dkdv_kernel:   one block per (kv head, key tile); each warp owns 16 keys and walks every
+//                     query tile of every q head of its group that can see them, recomputing
+//                     P^T = exp(S^T - lse) and accumulating dV += P^T dO and dK += dS^T Q in
+//                     registers.
 //   3. dq_kernel:     one block per (q head, query tile); each warp owns 16 queries and walks the
 //                     key tiles they can see, accumulating dQ += dS K in registers.
-//   The price is recomputing S and dP in the dQ pass (7 matrix products per tile pair instead of 5).
+//   The price is recomputing S and dP in the dQ pass (7 matrix products per tile pair instead
+//   of 5).
 //  non-deterministic (FlashAttention-2's default): delta_kernel, then dkdv_kernel<kAtomicDq = true>
 //   also stages each tile's dS in shared memory and adds dQ += dS K for its keys into an fp32
-//   workspace with atomics (5 products per tile pair), then dq_convert_kernel scales dQ and rounds it
-//   to the output type. The order of the fp32 additions varies run to run, so dQ may differ in its
-//   last bits; dK and dV are still accumulated in registers and are bit-identical run to run.
+//   workspace with atomics (5 products per tile pair), then dq_convert_kernel scales dQ and rounds
+//   it to the output type. The order of the fp32 additions varies run to run, so dQ may differ in
+//   its last bits; dK and dV are still accumulated in registers and are bit-identical run to run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -170,15 +172,16 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
     }
   }
 #pragma unroll
-  for (int off = RowPass<D>::kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  for (int off = RowPass<D>::kLanes / 2; off > 0; off /= 2)
+    acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (valid && part == 0) delta[h * p.total_q + row] = acc;
 }
 
 // Atomic-dQ mode, one tile pair: dQ[m0 .. m0 + kQueryStep) += dS K over the block's keys, with dS^T
-// ([keys][queries], 16-bit) in shared memory at sDs and K in its swizzled tile at sK. Warp w computes
-// the columns [c * kDqCols, (c + 1) * kDqCols) of row group r's kQueryStep / kDqRowGroups rows, with
-// (r, c) = (w % kDqRowGroups, w / kDqRowGroups) (one fp32 atomic per element and key tile), and adds
-// them to dq_accum[q_begin + i, h, :]; rows past the sequence are skipped.
+// ([keys][queries], 16-bit) in shared memory at sDs and K in its swizzled tile at sK. Warp w
+// computes the columns [c * kDqCols, (c + 1) * kDqCols) of row group r's kQueryStep / kDqRowGroups
+// rows, with (r, c) = (w % kDqRowGroups, w / kDqRowGroups) (one fp32 atomic per element and key
+// tile), and adds them to dq_accum[q_begin + i, h, :]; rows past the sequence are skipped.
 template <class T, class Cfg>
 __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, float* dq_accum,
                                             const SequenceBounds& seq, int h, int64_t m0,
@@ -196,28 +199,33 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
   // keys 0-7 / 0-7 / 8-15 / 8-15 at queries +0 / +8 / +0 / +8, the a0..a3 order of m16n8k16.
   const uint32_t ds_base = sDs + (((lane & 7) + ((lane >> 4) << 3)) * Cfg::kDsStride +
                                   ((lane >> 3) & 1) * 8 + mq0 * 16) * 2;
-  // B = K (keys x d), read transposed from the swizzled tile as in dq_kernel, at this warp's columns.
+  // B = K (keys x d), read transposed from the swizzled tile as in dq_kernel, at this warp's
+  // columns.
   const int krow = (lane & 7) + (((lane >> 3) & 1) << 3);
   uint32_t k_base[kCols / 16];
 #pragma unroll
   for (int j = 0; j < kCols / 16; ++j)
-    k_base[j] = sK + SwizzledTile<D>::offset(krow, 2 * (col_group * (kCols / 16) + j) + (lane >> 4));
+    k_base[j] =
+        sK + SwizzledTile<D>::offset(krow, 2 * (col_group * (kCols / 16) + j) + (lane >> 4));
 
   float acc[kTiles][kCols / 8][4];
 #pragma unroll
   for (int mq = 0; mq < kTiles; ++mq)
 #pragma unroll
-    for (int n = 0; n < kCols / 8; ++n) acc[mq][n][0] = acc[mq][n][1] = acc[mq][n][2] = acc[mq][n][3] = 0.f;
+    for (int n = 0; n < kCols / 8; ++n)
+      acc[mq][n][0] = acc[mq][n][1] = acc[mq][n][2] = acc[mq][n][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < kBN / 16; ++kk) {
     uint32_t b[kCols / 16][4];
 #pragma unroll
     for (int j = 0; j < kCols / 16; ++j)
-      ldmatrix_x4_trans(b[j], k_base[j] + static_cast<uint32_t>(kk * 16 * SwizzledTile<D>::kRowBytes));
+      ldmatrix_x4_trans(b[j],
+                        k_base[j] + static_cast<uint32_t>(kk * 16 * SwizzledTile<D>::kRowBytes));
 #pragma unroll
     for (int mq = 0; mq < kTiles; ++mq) {
       uint32_t a[4];
-      ldmatrix_x4_trans(a, ds_base + static_cast<uint32_t>((kk * 16 * Cfg::kDsStride + mq * 16) * 2));
+      ldmatrix_x4_trans(a,
+                        ds_base + static_cast<uint32_t>((kk * 16 * Cfg::kDsStride + mq * 16) * 2));
 #pragma unroll
       for (int j = 0; j < kCols / 16; ++j) {
         Mma<T>::run(acc[mq][2 * j], a, b[j][0], b[j][1]);
@@ -247,7 +255,8 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   const int64_t row = RowPass<D>::row();
   const int part = RowPass<D>::part();
   if (row >= p.total_q || part >= RowPass<D>::kParts || row >= p.cu_seqlens_q[p.batch]) return;
-  const float4* src = reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
+  const float4* src =
+      reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
   const float4 x = src[0], y = src[1];
   const float c = p.softmax_scale;
   const uint4 packed = make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
@@ -700,16 +709,16 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
   const bool softcap = p.softcap > 0.f;
   float* const no_accum = nullptr;
   if (key_slots > 0 && p.kv_heads > 0)
-    launch_backward_pass(softcap ? dkdv_kernel<T, Dkdv, true, false> : dkdv_kernel<T, Dkdv, false, false>,
-                         Dkdv::kThreads, Dkdv::kSmemBytes, key_slots, p.kv_heads,
-                         "the backward dK/dV kernel", stream, p, static_cast<const float*>(delta),
-                         no_accum);
+    launch_backward_pass(
+        softcap ? dkdv_kernel<T, Dkdv, true, false> : dkdv_kernel<T, Dkdv, false, false>,
+        Dkdv::kThreads, Dkdv::kSmemBytes, key_slots, p.kv_heads, "the backward dK/dV kernel",
+        stream, p, static_cast<const float*>(delta), no_accum);
   launch_dq_pass<T, Dq>(p, delta, stream);
 }
 
 // Non-deterministic (atomic dQ) backward around a dK/dV/dQ launch: computes Delta and clears the
-// fp32 dQ accumulator, calls launch_dkdv(delta, dq_accum, stream), then scales and rounds dQ. workspace:
-// Delta (delta_workspace_bytes), then the accumulator [total_q, heads, D].
+// fp32 dQ accumulator, calls launch_dkdv(delta, dq_accum, stream), then scales and rounds dQ.
+// workspace: Delta (delta_workspace_bytes), then the accumulator [total_q, heads, D].
 template <class T, int D, class LaunchDkdv>
 void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream,
                          LaunchDkdv launch_dkdv) {

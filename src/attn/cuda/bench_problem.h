@@ -1,6 +1,7 @@
 // What the standalone timing programs (bench_attention_cuda, experiments/tile_shapes) share: a
 // median of CUDA-event timings, and one bf16 problem on the device (q, k, v, dout random normal,
-// never zeros, which run faster than real data on tensor cores) with causal params over any lengths.
+// never zeros, which run faster than real data on tensor cores) with causal params over any
+// lengths.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,7 +93,8 @@ struct BenchProblem {
   float* lse;
   int32_t* cu_seqlens;
 
-  BenchProblem(int heads_, int head_dim_, int64_t rows_) : heads(heads_), head_dim(head_dim_), rows(rows_) {
+  BenchProblem(int heads_, int head_dim_, int64_t rows_)
+      : heads(heads_), head_dim(head_dim_), rows(rows_) {
     const int64_t elems = rows * heads * head_dim;
     for (void** p : {&q, &k, &v, &out, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(p, elems * 2));
     CHECK_CUDA(cudaMalloc(&lse, heads * rows * 4));
@@ -111,8 +113,8 @@ struct BenchProblem {
     }
   }
 
-  // Uploads cu_seqlens for `lens` (at most 1023 sequences, at most `rows` tokens) and returns causal
-  // params over them; *flops = the forward's useful FLOPs, 4 * heads * d * sum(len^2) / 2.
+  // Uploads cu_seqlens for `lens` (at most 1023 sequences, at most `rows` tokens) and returns
+  // causal params over them; *flops = the forward's useful FLOPs, 4 * heads * d * sum(len^2) / 2.
   AttentionBackwardParams causal_params(const std::vector<int32_t>& lens, double* flops) const {
     std::vector<int32_t> cu_h{0};
     *flops = 0;

@@ -1,5 +1,6 @@
-// CHECK_CUDA(call): for the standalone programs (test, benchmark, experiments), which have no caller
-// to hand an error to: prints file:line, the call and CUDA's message, and exits with status 2.
+// CHECK_CUDA(call): for the standalone programs (test, benchmark, experiments), which have no
+// caller to hand an error to: prints file:line, the call and CUDA's message, and exits with
+// status 2.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -23,9 +23,10 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // Tile shape of the forward kernel: kWarps warps, each owning kRowTiles x 16 query rows, and
 // kBlockN keys per K/V tile. With one row tile per warp Q stays in registers by default; with two,
-// each K/V fragment read from shared memory feeds two tensor-core instructions and Q is re-read from
-// shared memory instead (registers hold two rows' worth of scores and outputs). QInRegisters = false
-// re-reads Q with one row tile too, where its fragments would not fit next to the outputs (d256).
+// each K/V fragment read from shared memory feeds two tensor-core instructions and Q is re-read
+// from shared memory instead (registers hold two rows' worth of scores and outputs). QInRegisters =
+// false re-reads Q with one row tile too, where its fragments would not fit next to the outputs
+// (d256).
 template <int D, int Warps, int RowTiles, int BlockN, bool QInRegisters = RowTiles == 1>
 struct ForwardTile {
   static constexpr int kD = D;
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
-  float row_max[RT][2], row_sum[RT][2];  // row sums are per thread; reduced over the quad at the end
+  // row sums are per thread; reduced over the quad at the end
+  float row_max[RT][2], row_sum[RT][2];
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt)
 #pragma unroll

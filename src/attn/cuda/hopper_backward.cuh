@@ -212,7 +212,8 @@ enum HopperBackwardBarrier : int {
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    hopper_backward_kernel(const AttentionBackwardParams p, const __grid_constant__ CUtensorMap q_map,
+    hopper_backward_kernel(const AttentionBackwardParams p,
+                           const __grid_constant__ CUtensorMap q_map,
                            const __grid_constant__ CUtensorMap dout_map, const float* delta,
                            float* dq_accum, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -261,7 +262,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   };
-  auto tile_start = [&](const TileCursor& c) { return m_first + static_cast<int64_t>(c.tile) * kBM; };
+  auto tile_start = [&](const TileCursor& c) {
+    return m_first + static_cast<int64_t>(c.tile) * kBM;
+  };
 
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t sK = (raw_addr + 1023) & ~1023u;
@@ -292,7 +295,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     load_row_stats_async<kBM, kLoaders>(sStat, s, p, delta, seq, h, m0);
   };
   using AllThreads = std::integral_constant<int, Cfg::kThreads>;
-  using AllUnrolled = std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>;
+  using AllUnrolled =
+      std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>;
   using LoadThreads = std::integral_constant<int, Cfg::kLoadThreads>;
 
   // K, V and iteration 0's tiles, by every thread at once: nothing can start before they land.
@@ -365,7 +369,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       constexpr int kBuffers = Cfg::kDqBuffers;
       const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
       constexpr int kRowStep = 32 * Cfg::kReducerWarps;
-      for (int b = 0; b < kBuffers && b < iters; ++b) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+      for (int b = 0; b < kBuffers && b < iters; ++b)
+        named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       TileCursor cursor{0, 0};
       for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
         const int b = it % kBuffers;
@@ -559,7 +564,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
+        for (int c = 0; c < 4; ++c)
+          dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
     } else {
       pin_registers(dpt);
     }
@@ -788,7 +794,8 @@ void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* works
 //   113.4 / 138.9 / 148.4 / 129.9.
 // d256 runs the two passes only (hopper_backward_two_passes_only).
 template <class T, int D>
-void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace, cudaStream_t stream) {
+void launch_hopper_backward(const AttentionBackwardParams& p, void* workspace,
+                            cudaStream_t stream) {
   constexpr bool kTwoPassesOnly = hopper_backward_two_passes_only(D);
   if (kTwoPassesOnly || p.deterministic) {
     launch_hopper_two_passes_with<T, HopperBackwardConfig<D>>(p, workspace, stream);

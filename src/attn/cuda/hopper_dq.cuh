@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sdO, dout, p.dout_row_stride, m0, seq.q_len);
     cp_async_arrive(qdo_full);
     for (int t = 0; t < num_tiles; ++t)
-      ring.template produce<D, kDataD>(t, n_first + static_cast<int64_t>(t) * kBN, hk, seq, k_map, k,
-                               p.k_row_stride, v_map, v, p.v_row_stride);
+      ring.template produce<D, kDataD>(t, n_first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,
+                                       k, p.k_row_stride, v_map, v, p.v_row_stride);
     return;
   }
 

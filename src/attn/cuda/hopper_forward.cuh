@@ -102,22 +102,23 @@ struct HopperForwardTile {
 //   median of two rounds (11:12 UTC) had all four 16k variants (with and without ping-pong, one
 //   head or the rule's) within 574-583, and with ping-pong 404 / 571 / 575 / 455 against 396 / 524
 //   / 578 / 439 without. So ping-pong at every length, as at d64, d96 and d256. The
-//   block-synchronous
-//   kernel it replaced (no producer, one __syncthreads per tile, three shared K/V stages, the output
-//   through a K/V stage): 348 / 480 / 515 / 399.
+//   block-synchronous kernel it replaced (no producer, one __syncthreads per tile, three shared
+//   K/V stages, the output through a K/V stage): 348 / 480 / 515 / 399.
 // - d64: two consumers, three stages, ping-pong 238 / 361 / 433 / 295; without ping-pong 222 /
 //   335 / 385 / 262; three consumers of 160 registers (two stages) 207 / 383 / 484 / 295, but they
 //   spill (52-332 bytes): from 4096 queries the library takes them (HopperForwardLongD64, below).
 //   The block-synchronous kernel: 182 / 294 / 350 / 236.
-// - Persistent blocks (one per multiprocessor, taking (query tile, head) items round-robin, heaviest
-//   first): d128 380 / 453 / 507 / 466: the static round-robin leaves blocks unevenly loaded at
-//   4k-16k, and a dynamic scheduler needs a global counter the forward has no workspace for.
+// - Persistent blocks (one per multiprocessor, taking (query tile, head) items round-robin,
+//   heaviest first): d128 380 / 453 / 507 / 466: the static round-robin leaves blocks unevenly
+//   loaded at 4k-16k, and a dynamic scheduler needs a global counter the forward has no workspace
+//   for.
 // - One tile stream across a block's heads (a head's first S = Q K^T issued with the previous
 //   head's last O += P V; two Q buffers; the output staged 64 columns at a time for room), one
 //   call (10:08 UTC): d128 377 / 530 / 547 / 434 with ping-pong: slower from 4k (cuda.md).
 // - d256 (64-key tiles, the output staged 64 columns at a time, for room): with ping-pong 437 /
 //   570 / 598 / 520, without 426 / 589 / 588 / 508 (10:53 UTC); two rounds (11:12 UTC) 448 / 588 /
-//   603 / 523 against 435 / 524 / 597 / 511; the mma.sync forward it replaced 195 / 247 / 271 / 218.
+//   603 / 523 against 435 / 524 / 597 / 511; the mma.sync forward it replaced 195 / 247 / 271
+//   / 218.
 // - d96 on d128's tiles, its columns past 96 zero: 327 / 475 / 546 / 369 (11:12 UTC, O += P V over
 //   the 96 columns; over all 128, 11:05 UTC: 317 / 455 / 508 / 360) against the mma.sync forward's
 //   212 / 270 / 290 / 219.
@@ -303,7 +304,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int64_t n0 = n_first + static_cast<int64_t>(t) * kBN;
     if constexpr (kSoftcap) {
 #pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) s[i] = raw_score<kSoftcap>(s[i], p.softmax_scale, p.softcap);
+      for (int i = 0; i < kBN / 2; ++i)
+        s[i] = raw_score<kSoftcap>(s[i], p.softmax_scale, p.softcap);
     }
     if (!tile_fully_visible(seq, m0, m0 + kBM, n0, n0 + kBN, p.causal, p.window_left,
                             p.window_right)) {
@@ -325,7 +327,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
       } else {
 #pragma unroll
-        for (int i = 0; i < kBN / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+        for (int i = 0; i < kBN / 8; ++i)
+          mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
       }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -479,9 +482,9 @@ inline int multiprocessor_count() {
 // blocks can leave a tail: blocks start in order, longest-first only inside a sequence. So k heads
 // per block only while the longest block (k x the longest sequence's key tiles) is within an
 // eighth of one multiprocessor's share of the work, taken at its least: every sequence as long as
-// the average (Cauchy-Schwarz), about half of it under causal masking. Not with a sliding window (not
-// measured). Measured on the H200 (bf16, d128, causal, 16 heads), TFLOP/s with 1 / 2 / 4 heads per
-// block: with the block-synchronous kernel before this one (standalone benchmark, one call,
+// the average (Cauchy-Schwarz), about half of it under causal masking. Not with a sliding window
+// (not measured). Measured on the H200 (bf16, d128, causal, 16 heads), TFLOP/s with 1 / 2 / 4 heads
+// per block: with the block-synchronous kernel before this one (standalone benchmark, one call,
 // 2026-12-01 06:17 UTC) 64 x 1k 293 / 317 / 325, 16 x 4k 444 / 448 / 464, 4 x 16k 504 / 504 / 504;
 // 16 x 4096 at 3 / 25 / 50 / 75 / 90% padding 406 / 409 / 400, 395 / 407 / 385, 368 / 364 / 344,
 // 265 / 261 / 225, 138 / 132 / 110. With this kernel (ping-pong; tile_shapes, 10:00 UTC), 1 head,
@@ -522,8 +525,8 @@ enum class ForwardOrder { kAuto, kBySequence, kByChunks };
 // empty (at most a quarter more than by sequence). A chunk holds the sequences whose K and V for a
 // block's heads take about 32 MB (L2 is 50 MB): at 4 heads per block 16 sequences of 1k or 4 of
 // 4k, which a simulation of the block scheduler put at a 1.8% / 0.1% tail, against 6.8% by
-// sequence (bench/cuda/simulate_launch_order.py); by rank over all sequences at once (one chunk) was
-// slower on the H200. The library (kAuto) takes chunks where the launch is short, at most 32
+// sequence (bench/cuda/simulate_launch_order.py); by rank over all sequences at once (one chunk)
+// was slower on the H200. The library (kAuto) takes chunks where the launch is short, at most 32
 // waves of blocks by sequence (a block per multiprocessor), where the tail weighs; longer
 // launches keep the by-sequence order, whose blocks running at once share one sequence's K/V.
 // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes with the variants interleaved,

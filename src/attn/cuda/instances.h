@@ -22,7 +22,8 @@ void run_backward(const AttentionBackwardParams& params, void* workspace, cudaSt
 // mode's dQ accumulator ([total_q, heads, head_dim] fp32) behind it in the workspace stays
 // 256-byte aligned.
 inline size_t delta_workspace_bytes(const AttentionBackwardParams& p) {
-  const size_t bytes = static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
+  const size_t bytes =
+      static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
   return (bytes + 255) / 256 * 256;
 }
 inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {

@@ -148,10 +148,10 @@ struct SwizzledTile {
 };
 
 // Per-thread ldmatrix addresses into a SwizzledTile<D> for k-steps kk = 0 .. D/16-1 (chunks
-// 2*kk + half) at rows row + 8*rows8. The XOR only touches the low 3 chunk bits and row & 7 is fixed
-// per thread, so four base offsets cover every step: the rest is an immediate the compiler folds
-// into the instruction, instead of one live register per (row, step) address. For the same reason
-// `tile` may be a column offset of a whole number of 64-column blocks into a tile.
+// 2*kk + half) at rows row + 8*rows8. The XOR only touches the low 3 chunk bits and row & 7 is
+// fixed per thread, so four base offsets cover every step: the rest is an immediate the compiler
+// folds into the instruction, instead of one live register per (row, step) address. For the same
+// reason `tile` may be a column offset of a whole number of 64-column blocks into a tile.
 template <int D>
 struct FragAddress {
   uint32_t base[4];

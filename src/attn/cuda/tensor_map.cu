@@ -17,8 +17,9 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
     const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
                                                              cudaEnableDefault, &found);
     if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || f == nullptr)
-      throw Error(std::string("varpack CUDA attention: the driver has no cuTensorMapEncodeTiled (") +
-                  cudaGetErrorString(err) + "); set VARPACK_CUDA_KERNELS=mma to run without TMA");
+      throw Error(
+          std::string("varpack CUDA attention: the driver has no cuTensorMapEncodeTiled (") +
+          cudaGetErrorString(err) + "); set VARPACK_CUDA_KERNELS=mma to run without TMA");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;

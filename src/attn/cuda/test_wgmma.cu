@@ -25,7 +25,8 @@ constexpr int kM = 64, kK = 128, kN = 128;  // A is kM x kK, B is kK x kN, both 
 // Writes element (row, col) of a rows x cols matrix into a GmmaTile at `tile`.
 template <int ROWS, int COLS>
 __device__ void put(unsigned char* tile, int row, int col, bf16 value) {
-  *reinterpret_cast<bf16*>(tile + GmmaTile<ROWS, COLS>::offset(row, col / 8) + (col % 8) * 2) = value;
+  *reinterpret_cast<bf16*>(tile + GmmaTile<ROWS, COLS>::offset(row, col / 8) + (col % 8) * 2) =
+      value;
 }
 
 // C[:, n0 .. n0 + N) = A B with A K-major in shared memory (kAMn = 0), MN-major (1) or in
@@ -35,7 +36,8 @@ __global__ void product(const bf16* a, const bf16* b, float* c, int n0) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace varpack::cuda;
   extern __shared__ unsigned char raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                                         ~uintptr_t(1023));
   unsigned char* sA = smem;                  // 16 KB: kM x kK either way round
   unsigned char* sB = smem + kM * kK * 2;    // 32 KB: kN x kK or kK x kN
   const int t = static_cast<int>(threadIdx.x);
@@ -63,8 +65,10 @@ __global__ void product(const bf16* a, const bf16* b, float* c, int n0) {
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
       const int k = kk * 16 + 2 * qd;
-      const __nv_bfloat162 v[4] = {{at(m, k), at(m, k + 1)}, {at(m + 8, k), at(m + 8, k + 1)},
-                                   {at(m, k + 8), at(m, k + 9)}, {at(m + 8, k + 8), at(m + 8, k + 9)}};
+      const __nv_bfloat162 v[4] = {{at(m, k), at(m, k + 1)},
+                                   {at(m + 8, k), at(m + 8, k + 1)},
+                                   {at(m, k + 8), at(m, k + 9)},
+                                   {at(m + 8, k + 8), at(m + 8, k + 9)}};
 #pragma unroll
       for (int e = 0; e < 4; ++e) frag[kk][e] = *reinterpret_cast<const uint32_t*>(&v[e]);
     }

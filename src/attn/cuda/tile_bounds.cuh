@@ -208,9 +208,10 @@ VARPACK_HOST_DEVICE BlockTile key_tile(const Params& p, const TileSlot& slot) {
 }
 
 // Key j is visible from query `row` + delta (0 <= delta <= slack) iff begin + delta <= j <
-// end + delta and j < k_len: SequenceBounds' key_begin / key_end without their clamps (j >= 0 makes
-// them redundant), so two int32 registers stand for the bounds of all of a thread's rows. A missing
-// window side is a bound no key reaches (cu_seqlens are int32, so keys lie below INT32_MAX - slack).
+// end + delta and j < k_len: SequenceBounds' key_begin / key_end without their clamps (j >= 0
+// makes them redundant), so two int32 registers stand for the bounds of all of a thread's rows. A
+// missing window side is a bound no key reaches (cu_seqlens are int32, so keys lie below
+// INT32_MAX - slack).
 struct RowVisibility {
   int begin = 0, end = 0;
 };

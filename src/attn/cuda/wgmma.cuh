@@ -1,7 +1,8 @@
 // Hopper (sm_90a) building blocks: warpgroup matrix products (wgmma) with shared-memory operand
-// descriptors, the 128-byte-swizzled tile layout they read, and the fences that order them. Only the
-// Hopper kernels include this, and their bodies compile only under __CUDA_ARCH_FEAT_SM90_ALL (the
-// sm_90a target); the sm_80 build of the same files leaves them empty and the host never picks them.
+// descriptors, the 128-byte-swizzled tile layout they read, and the fences that order them. Only
+// the Hopper kernels include this, and their bodies compile only under __CUDA_ARCH_FEAT_SM90_ALL
+// (the sm_90a target); the sm_80 build of the same files leaves them empty and the host never
+// picks them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,7 +25,8 @@ struct GmmaTile {
   static constexpr int kBlockBytes = ROWS * 128;
   static constexpr int kBytes = ROWS * D * 2;
   __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
-    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 +
+                                 (((chunk & 7) ^ (row & 7)) << 4));
   }
 };
 
@@ -35,8 +37,9 @@ struct GmmaTile {
 // warp with few registers.
 template <int ROWS, int D, int THREADS, int UNROLL = (ROWS * D / 8 + THREADS - 1) / THREADS,
           int DATA_COLS = D, class T>
-__device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* base, int64_t row_stride,
-                                                     int64_t row0, int64_t valid_rows) {
+__device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* base,
+                                                     int64_t row_stride, int64_t row0,
+                                                     int64_t valid_rows) {
   constexpr int kChunks = D / 8;
   constexpr int kTotal = ROWS * kChunks;
 #pragma unroll UNROLL
@@ -56,8 +59,9 @@ __device__ __forceinline__ void load_gmma_tile_async(uint32_t tile, const T* bas
 // `leading` is the distance between 64-element column blocks along M or N (a GmmaTile's
 // kBlockBytes) and `stride` the distance between 8-row groups along the reduction dimension (1024).
 __host__ __device__ constexpr uint64_t gmma_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading >> 4) << 16) |
-         (static_cast<uint64_t>(stride >> 4) << 32) | (1ull << 62);
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(leading >> 4) << 16) | (static_cast<uint64_t>(stride >> 4) << 32) |
+         (1ull << 62);
 }
 
 // desc with its start address moved by `bytes` (a multiple of 16). Only the low word changes: the
@@ -98,7 +102,9 @@ struct GmmaOperand {
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 // Orders this warpgroup's register writes before the wgmma that reads them (accumulators, A).
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -179,15 +185,19 @@ struct Wgmma;
     }                                                                                          \
   };
 
-#define VARPACK_DEFINE_WGMMA_TYPE(CTYPE, PTXTYPE)                                               \
-  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 32, 16, VARPACK_D16, VARPACK_F16(0), "%18",             \
-                       "%16, %17, p, 1, 1, %19, %20", "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, %22") \
-  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 64, 32, VARPACK_D32, VARPACK_F32(0), "%34",             \
-                       "%32, %33, p, 1, 1, %35, %36", "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, %38") \
-  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 96, 48, VARPACK_D48, VARPACK_F48(0), "%50",             \
-                       "%48, %49, p, 1, 1, %51, %52", "%53", "{%48, %49, %50, %51}, %52, p, 1, 1, %54") \
-  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 128, 64, VARPACK_D64, VARPACK_F64(0), "%66",            \
-                       "%64, %65, p, 1, 1, %67, %68", "%69", "{%64, %65, %66, %67}, %68, p, 1, 1, %70")
+#define VARPACK_DEFINE_WGMMA_TYPE(CTYPE, PTXTYPE)                                   \
+  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 32, 16, VARPACK_D16, VARPACK_F16(0), "%18",  \
+                       "%16, %17, p, 1, 1, %19, %20", "%21",                        \
+                       "{%16, %17, %18, %19}, %20, p, 1, 1, %22")                   \
+  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 64, 32, VARPACK_D32, VARPACK_F32(0), "%34",  \
+                       "%32, %33, p, 1, 1, %35, %36", "%37",                        \
+                       "{%32, %33, %34, %35}, %36, p, 1, 1, %38")                   \
+  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 96, 48, VARPACK_D48, VARPACK_F48(0), "%50",  \
+                       "%48, %49, p, 1, 1, %51, %52", "%53",                        \
+                       "{%48, %49, %50, %51}, %52, p, 1, 1, %54")                   \
+  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 128, 64, VARPACK_D64, VARPACK_F64(0), "%66", \
+                       "%64, %65, p, 1, 1, %67, %68", "%69",                        \
+                       "{%64, %65, %66, %67}, %68, p, 1, 1, %70")
 
 VARPACK_DEFINE_WGMMA_TYPE(__nv_bfloat16, ".bf16")
 VARPACK_DEFINE_WGMMA_TYPE(__half, ".f16")
