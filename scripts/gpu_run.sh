@@ -10,8 +10,9 @@
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
-#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench: both benchmarks (the standalone one on both kernel paths)
-#   and the kernel-by-kernel trace of one torch step (bench/cuda/trace_step.py); sanitize:
+#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench:
+#   both benchmarks (the standalone one on both kernel paths) and the kernel-by-kernel trace of one
+#   torch step (bench/cuda/trace_step.py); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;

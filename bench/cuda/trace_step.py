@@ -3,8 +3,9 @@
 bench_attention_gpu.py times the backward as (forward+backward) - forward through torch, and at
 16 x 4k that came out ~0.29 ms slower than the standalone benchmark's calls of the same kernels
 (on 2026-12-02 this script found no idle time and no extra kernel in the step: the forward runs
-slower inside a step than alone; bench/results/cuda.md). This script times the forward and the step as that benchmark does (an event pair per
-repetition, every repetition queued before the host waits, the median), then records the step
+slower inside a step than alone; bench/results/cuda.md). This script times the forward and the
+step as that benchmark does (an event pair per repetition, every repetition queued before the
+host waits, the median), then records the step
 with torch.profiler (after a step of profiler warm-up) and prints every CUDA kernel (and memset /
 copy) it ran, with its count and mean time, and how long the GPU was busy against the span from
 the first kernel's start to the last one's end: a kernel that only the torch path runs, the same
@@ -88,10 +89,11 @@ def main():
     for gap, after, before in gaps[:6]:
         print(f"{gap:>10.1f}  {after[:50]} -> {before[:50]}")
     span = (last_end - first_start) / args.steps
-    print(f"the benchmark's method: forward {forward_ms:.3f} ms, step {step_ms:.3f} ms, so backward "
-          f"{step_ms - forward_ms:.3f} ms")
-    print(f"per step, profiled: GPU busy "
-          f"{per_step / 1000:.3f} ms of a {span / 1000:.3f} ms span (idle {(span - per_step) / 1000:.3f} ms)")
+    print(f"the benchmark's method: forward {forward_ms:.3f} ms, step {step_ms:.3f} ms, "
+          f"so backward {step_ms - forward_ms:.3f} ms")
+    idle = span - per_step
+    print(f"per step, profiled: GPU busy {per_step / 1000:.3f} ms of a {span / 1000:.3f} ms span "
+          f"(idle {idle / 1000:.3f} ms)")
 
 
 if __name__ == "__main__":
