@@ -490,12 +490,16 @@ inline int multiprocessor_count() {
 // 265 / 261 / 225, 138 / 132 / 110. With this kernel (ping-pong; tile_shapes, 10:00 UTC), 1 head,
 // 4 heads and the rule's choice: 64 x 1k 337 / 372 / 372 (4), 16 x 4k 557 / 553 / 553 (4), 4 x 16k
 // 617 / 606 / 589 (2), mixed lengths 467 / 393 / 466 (1).
-// And only while a query tile sees at most 4096 keys on average: past that a head's start and end
-// are a small part of its work, and the longer blocks' tail can cost more than their overlap saves
-// (4 x 16k, 8256 keys: 1 head the fastest in both measurements above and at 10:53 UTC, 644 / 608
-// (2) / 578 (4); with two rounds per variant, 11:12 UTC, 574 / 575 (the rule's, now 1) / 583 (4):
-// within the noise there). But on 2026-12-02 (tile_shapes, two calls) 4 heads beat the rule's 1 at
-// 4 x 16k: 603 and 580 against 584 and 565 TFLOP/s (2 heads not measured; rule not changed yet).
+// Past 4096 keys per query tile on average a head's start and end are a small part of a block's
+// work. Without causal masking the blocks are then all alike and long, so fewer of them only
+// round the last wave up: 1 head. Under causal masking a sequence's blocks start heaviest first,
+// so the tail is of its light blocks, and the bound is a quarter of a multiprocessor's share.
+// Measured on the H200 at 4 x 16k (tile_shapes, TFLOP/s, 1 / 2 / 4 / 8 heads per block, - where
+// not run): 2026-12-01 10:00 UTC 617 / 589 / 606 / -, 10:53 UTC 644 / 608 / 578 / - (1 head then
+// became the rule past 4096 keys), 11:12 UTC 574 / - / 583 / -; 2026-12-02 two calls 584 / - / 603
+// / 603 and 565 / - / 580 / 592, then one call of two rounds (04:08 UTC) 588 / 597 / 601 / 603 and
+// 584 / 593 / 601 / 603, and at 2 x 32k 602 / 606 / 612 / 613 and 599 / 609 / 613 / 614. So the
+// bound of a quarter (an eighth would pick 2 there), from 2026-12-02.
 // sms: the device's multiprocessors. VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the
 // head count up to k (the tests use it: their batches are too small for the rule to pick more
 // than one head).
@@ -510,11 +514,13 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   const double q_tiles = static_cast<double>(p.total_q) / block_m;
   const double k_tiles = static_cast<double>(p.total_k) / block_n;
   const double per_query_tile = p.causal ? (k_tiles / p.batch + 1) / 2 : k_tiles / p.batch;
-  if (per_query_tile * block_n > 4096) return 1;
+  const bool long_keys = per_query_tile * block_n > 4096;
+  if (long_keys && !p.causal) return 1;
+  const double shares = long_keys ? 4.0 : 8.0;  // the longest block within 1 / shares of the share
   const double least_work = q_tiles * per_query_tile * p.heads;
   const double longest = std::ceil(static_cast<double>(p.max_seqlen_k) / block_n);
   for (int k : {4, 2})
-    if (p.heads % k == 0 && 8.0 * k * longest <= least_work / sms) return k;
+    if (p.heads % k == 0 && shares * k * longest <= least_work / sms) return k;
   return 1;
 }
 
