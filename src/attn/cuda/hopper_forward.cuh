@@ -78,6 +78,11 @@ struct HopperForwardTile {
   // d256, whose 128 output columns per thread leave no registers for them (ptxas: 0 -> 172 bytes of
   // spills; 552 TFLOP/s at 16 x 4k in the 19:40 UTC table against 651 the call before).
   static constexpr bool kAdvanceDescriptors = D != 256;
+  // Several heads per block past 4096 keys per query tile (forward_heads_per_block): measured at
+  // 4 x 16k on the H200 (bench_attention_cuda, forward TFLOP/s, two rounds, 1 head -> 4 heads,
+  // 2026-12-02 04:30 UTC) d128 594 -> 603 and 588 -> 597, d96 (on d128's tiles) 502 -> 512 and 504
+  // -> 517; but d64's three consumers 509 -> 481 and 510 -> 476, d256's 64-key tiles 626 -> 611.
+  static constexpr bool kHeadsPastLongKeys = D == 128;
   static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
                 "the register file holds every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
@@ -493,7 +498,8 @@ inline int multiprocessor_count() {
 // Past 4096 keys per query tile on average a head's start and end are a small part of a block's
 // work. Without causal masking the blocks are then all alike and long, so fewer of them only
 // round the last wave up: 1 head. Under causal masking a sequence's blocks start heaviest first,
-// so the tail is of its light blocks, and the bound is a quarter of a multiprocessor's share.
+// so the tail is of its light blocks, and the bound is a quarter of a multiprocessor's share; but
+// only where the tile shape gains (past_long_keys: HopperForwardTile::kHeadsPastLongKeys).
 // Measured on the H200 at 4 x 16k (tile_shapes, TFLOP/s, 1 / 2 / 4 / 8 heads per block, - where
 // not run): 2026-12-01 10:00 UTC 617 / 589 / 606 / -, 10:53 UTC 644 / 608 / 578 / - (1 head then
 // became the rule past 4096 keys), 11:12 UTC 574 / - / 583 / -; 2026-12-02 two calls 584 / - / 603
@@ -503,7 +509,8 @@ inline int multiprocessor_count() {
 // sms: the device's multiprocessors. VARPACK_HEADS_PER_BLOCK=k forces the largest divisor of the
 // head count up to k (the tests use it: their batches are too small for the rule to pick more
 // than one head).
-inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n, int sms) {
+inline int forward_heads_per_block(const AttentionParams& p, int block_m, int block_n, int sms,
+                                   bool past_long_keys) {
   if (const char* forced = std::getenv("VARPACK_HEADS_PER_BLOCK")) {
     int k = std::atoi(forced);
     while (k > 1 && p.heads % k != 0) --k;
@@ -515,7 +522,7 @@ inline int forward_heads_per_block(const AttentionParams& p, int block_m, int bl
   const double k_tiles = static_cast<double>(p.total_k) / block_n;
   const double per_query_tile = p.causal ? (k_tiles / p.batch + 1) / 2 : k_tiles / p.batch;
   const bool long_keys = per_query_tile * block_n > 4096;
-  if (long_keys && !p.causal) return 1;
+  if (long_keys && (!p.causal || !past_long_keys)) return 1;
   const double shares = long_keys ? 4.0 : 8.0;  // the longest block within 1 / shares of the share
   const double least_work = q_tiles * per_query_tile * p.heads;
   const double longest = std::ceil(static_cast<double>(p.max_seqlen_k) / block_n);
@@ -579,7 +586,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
   if (slot_count(p.total_q, p.batch, Cfg::kBlockM) <= 0 || p.heads <= 0) return;
   const int sms = multiprocessor_count();
   if (heads_per_block <= 0)
-    heads_per_block = forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN, sms);
+    heads_per_block =
+        forward_heads_per_block(p, Cfg::kBlockM, Cfg::kBlockN, sms, Cfg::kHeadsPastLongKeys);
   if (p.heads % heads_per_block != 0)
     throw Error("varpack CUDA attention: heads_per_block must divide the number of heads");
   const LaunchOrder order =
