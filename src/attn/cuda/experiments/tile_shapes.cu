@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
                             {"2x32k", std::vector<int32_t>(2, 32768)},
                             {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}},
                             {"pad3%", bench::padded_rows(16, 4096, 0.03, 7)},
+                            {"pad10%", bench::padded_rows(16, 4096, 0.10, 7)},
                             {"pad25%", bench::padded_rows(16, 4096, 0.25, 7)}};
   const int64_t rows = 65536;
   void* ws;
