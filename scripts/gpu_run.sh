@@ -10,7 +10,8 @@
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
-#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths); bench:
+#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths, and the
+#   CPU operator's tests once); bench:
 #   both benchmarks (the standalone one on both kernel paths) and the kernel-by-kernel trace of one
 #   torch step (bench/cuda/trace_step.py); sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
@@ -100,8 +101,10 @@ if [[ $want == *" test "* ]]; then
       120 build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
+  # test_attention.py too: the operator's CPU path and input checks, built with this machine's
+  # compiler (an error message once crashed only here).
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
-    tests/python/test_cuda_attention.py &&
+    tests/python/test_cuda_attention.py tests/python/test_attention.py &&
     VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 python3 -m \
       pytest -q -ra tests/python/test_cuda_attention.py
 fi

@@ -1,9 +1,12 @@
 // Argument checks and AttentionParams for the varlen attention operators, from tensors. The
 // messages reach Python users as ValueError: each names the argument, what it is and what is
 // expected, in torch's own terms (shapes, dtypes, .contiguous()).
+//
+// The messages are joined from std::to_string, not std::ostream: on the GPU machine's image (its
+// compiler, Python's -Bsymbolic-functions link) inserting a number into an ostringstream here
+// crashed the process (seen 2026-12-02: shape_of, under test_attention.py's input checks).
 #include "attention_params.h"
 
-#include <sstream>
 #include <string>
 
 namespace varpack::op {
@@ -25,11 +28,14 @@ std::string dtype_name(at::ScalarType t) {
   }
 }
 
-std::string shape_of(const at::Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
+// "[12, 4, 8]", as torch prints a shape (also strides).
+std::string list_of(c10::IntArrayRef values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
 }
+
+std::string shape_of(const at::Tensor& t) { return list_of(t.sizes()); }
 
 void require_3d(const at::Tensor& t, const char* name, const char* layout) {
   if (t.dim() != 3) {
@@ -42,19 +48,15 @@ void require_3d(const at::Tensor& t, const char* name, const char* layout) {
 // (An empty tensor has no elements to index, whatever autograd made its strides.)
 void require_unit_last_stride(const at::Tensor& t, const char* name) {
   if (t.numel() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) {
-    std::ostringstream s;
-    s << name << " must have a contiguous last dimension (stride 1), got strides " << t.strides()
-      << "; call .contiguous() on it";
-    fail(s.str());
+    fail(std::string(name) + " must have a contiguous last dimension (stride 1), got strides " +
+         list_of(t.strides()) + "; call .contiguous() on it");
   }
 }
 
 void require_same_device(const at::Tensor& t, const char* name, const at::Tensor& q) {
   if (t.device() != q.device()) {
-    std::ostringstream s;
-    s << name << " is on " << t.device() << " but q is on " << q.device()
-      << "; move every input to one device";
-    fail(s.str());
+    fail(std::string(name) + " is on " + t.device().str() + " but q is on " + q.device().str() +
+         "; move every input to one device");
   }
 }
 
