@@ -13,7 +13,8 @@
 #   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths, and the
 #   CPU operator's tests once); bench:
 #   both benchmarks (the standalone one on both kernel paths) and the kernel-by-kernel trace of one
-#   torch step (bench/cuda/trace_step.py); sanitize:
+#   torch step (bench/cuda/trace_step.py), then the host time per call (bench/host_overhead.py);
+#   sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
@@ -151,6 +152,8 @@ if [[ $want == *" bench "* ]]; then
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log trace_step 120 python3 \
     bench/cuda/trace_step.py
+  [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log host_overhead 60 python3 \
+    bench/host_overhead.py --device cuda
 fi
 # Each small case runs both backward modes, so the atomic path is sanitized too; the Hopper forward
 # runs several heads per block (its head-to-head hand-over is where a race would be), in both

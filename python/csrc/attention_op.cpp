@@ -1,6 +1,7 @@
-// The varpack::varlen_fwd / varlen_bwd torch operators: the schema (declared once, here) and the
-// CPU implementation over attention_forward_cpu / attention_backward_cpu. python/varpack/attention.py
-// adds the fake (meta) implementations and autograd; cuda/*.cpp registers the CUDA implementation.
+// The varpack::varlen_fwd / varlen_bwd / varlen_attn torch operators: the schema (declared once,
+// here) and the CPU implementation over attention_forward_cpu / attention_backward_cpu.
+// python/varpack/attention.py adds the fake (meta) implementations and varlen_fwd's autograd;
+// cuda/*.cpp registers the CUDA implementation.
 //
 // Final schema (the CUDA registration must match it exactly):
 //   varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k,
@@ -10,6 +11,9 @@
 //              Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k,
 //              float softmax_scale, bool causal, SymInt window_left, SymInt window_right,
 //              float softcap, bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)
+//   varlen_attn(<varlen_fwd's arguments>, bool deterministic) -> (Tensor out, Tensor lse):
+//              flash_attn_varlen_func's operator, varlen_fwd with its autograd in C++
+//              (attention_autograd.cpp, which registers every implementation of it).
 // C++ kernels take the SymInts as int64_t and the floats as double.
 //
 // Contract of every implementation (the Python fake implementation mirrors it):
@@ -115,6 +119,11 @@ TORCH_LIBRARY(varpack, m) {
       "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, "
       "float softmax_scale, bool causal, SymInt window_left, SymInt window_right, float softcap, "
       "bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)");
+  m.def(
+      "varlen_attn(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+      "SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
+      "SymInt window_left, SymInt window_right, float softcap, bool deterministic) "
+      "-> (Tensor out, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(varpack, CPU, m) {

@@ -3,7 +3,10 @@
 The operators varpack::varlen_fwd and varpack::varlen_bwd are declared in C++
 (python/csrc/attention_op.cpp, which also registers the CPU kernels; the CUDA kernels register into
 the same operators). This module adds what torch needs around them: fake implementations, so
-torch.compile traces them without running them or breaking the graph, and autograd.
+torch.compile traces them without running them or breaking the graph, and autograd for direct
+callers of varlen_fwd. flash_attn_varlen_func calls varpack::varlen_attn instead, varlen_fwd with
+the backward's `deterministic`, whose autograd is in C++ (python/csrc/attention_autograd.cpp), so a
+call spends no host time in Python past this module's argument handling.
 
 Rows past cu_seqlens_q[-1] (and cu_seqlens_k[-1]) belong to no sequence: out is 0 there, lse +inf
 (a query that sees no key), and the gradients of those rows of q, k and v are 0.
@@ -22,6 +25,7 @@ __all__ = ["flash_attn_varlen_func"]
 
 _OP_FWD = "varpack::varlen_fwd"
 _OP_BWD = "varpack::varlen_bwd"
+_OP_ATTN = "varpack::varlen_attn"
 
 
 @torch.library.register_fake(_OP_FWD)
@@ -30,18 +34,17 @@ def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
+@torch.library.register_fake(_OP_ATTN)
+def _varlen_attn_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      window_left, window_right, softcap, deterministic):
+    return _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                            causal, window_left, window_right, softcap)
+
+
 @torch.library.register_fake(_OP_BWD)
 def _varlen_bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, window_left, window_right, softcap, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _backward(saved, args, dout, deterministic):
-    """dq, dk, dv from the forward's saved tensors and non-tensor arguments."""
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = saved
-    # Autograd may hand in an expanded or transposed gradient; the kernels want a unit last stride.
-    return torch.ops.varpack.varlen_bwd(dout.contiguous(), q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                        *args, deterministic)
 
 
 def _setup_context(ctx, inputs, output):
@@ -54,7 +57,10 @@ def _setup_context(ctx, inputs, output):
 
 
 def _op_backward(ctx, dout, _dlse):
-    dq, dk, dv = _backward(ctx.saved_tensors, ctx.args, dout, False)
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    # Autograd may hand in an expanded or transposed gradient; the kernels want a unit last stride.
+    dq, dk, dv = torch.ops.varpack.varlen_bwd(dout.contiguous(), q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                              *ctx.args, False)
     return (dq, dk, dv) + (None,) * (2 + len(ctx.args))
 
 
@@ -67,24 +73,6 @@ def _no_double_backward(ctx, *grads):
 
 
 torch.library.register_autograd(_OP_BWD, _no_double_backward)
-
-
-class _VarlenAttention(torch.autograd.Function):
-    """The operator with flash_attn_varlen_func's `deterministic`, which only the backward takes."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, deterministic, *args):
-        out, lse = torch.ops.varpack.varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *args)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-        ctx.args = args
-        ctx.deterministic = deterministic
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        dq, dk, dv = _backward(ctx.saved_tensors, ctx.args, dout, ctx.deterministic)
-        return (dq, dk, dv) + (None,) * (3 + len(ctx.args))
 
 
 def _require_host_int(value, name):
@@ -129,7 +117,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         softmax_scale = q.shape[-1] ** -0.5
     # As FlashAttention does: the kernels need a unit stride only along the head dimension.
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-    out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, bool(deterministic), max_seqlen_q,
-                                      max_seqlen_k, float(softmax_scale), bool(causal), window_size[0],
-                                      window_size[1], float(softcap))
+    out, lse = torch.ops.varpack.varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                             float(softmax_scale), bool(causal), window_size[0], window_size[1],
+                                             float(softcap), bool(deterministic))
     return (out, lse, None) if return_attn_probs else out

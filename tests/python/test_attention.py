@@ -289,6 +289,30 @@ def test_opcheck_forward(variant):
     torch.library.opcheck(torch.ops.varpack.varlen_fwd.default, op_args(**variant))
 
 
+@pytest.mark.parametrize("variant", [dict(), dict(causal=False, window=(2, 3))])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_opcheck_attn(variant, deterministic):
+    """varlen_attn (flash_attn_varlen_func's operator, autograd in C++): schema, fake tensors, autograd
+    registration and AOT tracing of forward and backward."""
+    torch.library.opcheck(torch.ops.varpack.varlen_attn.default, op_args(**variant) + (deterministic,))
+
+
+def test_attn_matches_forward_op():
+    """varlen_attn's output and gradients are varlen_fwd's (its autograd) bit for bit."""
+    args = op_args(softcap=4.0)
+    q, k, v = args[:3]
+    dout = torch.randn_like(q)
+    results = []
+    for call in (lambda *a: torch.ops.varpack.varlen_fwd(*a), lambda *a: torch.ops.varpack.varlen_attn(*a, False)):
+        qs, ks, vs = leaf(q), leaf(k), leaf(v)
+        out, lse = call(qs, ks, vs, *args[3:])
+        out.backward(dout)
+        assert not lse.requires_grad
+        results.append((out.detach(), lse, qs.grad, ks.grad, vs.grad))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_opcheck_backward(dtype):
     q, k, v, cu_q, cu_k, max_q, max_k, *rest = op_args(dtype=dtype, requires_grad=False)
