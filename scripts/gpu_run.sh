@@ -84,7 +84,14 @@ if [[ $want == *" tune "* ]] && [ -n "${BASELINE:-}" ]; then
     >"$out/build_baseline.log" 2>&1 &
   baseline_pid=$!
 fi
-[ $torch = 1 ] && MAX_JOBS=8 step build_torch.log build_torch_ext 420 python3 setup.py build_ext --inplace
+# The torch extension with the system compiler where there is one: the image's CXX
+# (/opt/gcc/bin/g++, a wrapper) links libstdc++ statically into each shared object, and in such an
+# extension an ostream number insertion crashes (a minimal torch extension's `ostringstream << 5`
+# too; bench/results/cuda.md, 2026-12-02), which a user's build does not do.
+compilers=()
+[ -x /usr/bin/g++ ] && compilers=(CC=/usr/bin/gcc CXX=/usr/bin/g++)
+[ $torch = 1 ] && MAX_JOBS=8 step build_torch.log build_torch_ext 420 env "${compilers[@]}" \
+  python3 setup.py build_ext --inplace
 wait $build_pid
 summary+=("$(printf '%-18s rc=%-3s' build_standalone $?)")
 cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
@@ -134,7 +141,7 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
       --section ComputeWorkloadAnalysis --section SourceCounters ${PROFILE_EXTRA:-} \
       -o "/tmp/ncu_$kernel" -f \
       build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" "${PROFILE_D:-128}" &&
-      ncu -i "/tmp/ncu_$kernel.ncu-rep" --page details >>"$out/ncu.txt" 2>&1
+      ncu -i "/tmp/ncu_$kernel.ncu-rep" --page details --print-details all >>"$out/ncu.txt" 2>&1
   done
   # Where the backward's warps wait, instruction by instruction (stall samples per SASS line).
   [ -f /tmp/ncu_hopper_backward_kernel.ncu-rep ] &&

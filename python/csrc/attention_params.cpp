@@ -2,9 +2,10 @@
 // messages reach Python users as ValueError: each names the argument, what it is and what is
 // expected, in torch's own terms (shapes, dtypes, .contiguous()).
 //
-// The messages are joined from std::to_string, not std::ostream: on the GPU machine's image (its
-// compiler, Python's -Bsymbolic-functions link) inserting a number into an ostringstream here
-// crashed the process (seen 2026-12-02: shape_of, under test_attention.py's input checks).
+// The messages are joined from std::to_string, not std::ostream: an extension linked with a static
+// copy of libstdc++ (as the GPU machine's image's compiler wrapper links it) crashed inserting a
+// number into an ostringstream (2026-12-02: shape_of, under test_attention.py's input checks; a
+// minimal extension's `ostringstream << 5` too), and an error message must not crash.
 #include "attention_params.h"
 
 #include <string>

@@ -2,10 +2,10 @@
 // live on the host, the cu_seqlens arrays. Each message names the field (and index) at fault and
 // what a valid value looks like, because these errors reach Python users as they are.
 //
-// The messages are joined from std::to_string / std::to_chars, not std::ostream: on the GPU machine's
-// image, an extension built with its compiler crashed inserting a number into an ostream (its own
-// copy of libstdc++'s ostream code against the process's locale; seen 2026-12-02 in
-// attention_params.cpp's shape message), and an error message must not crash.
+// The messages are joined from std::to_string / std::to_chars, not std::ostream: an extension
+// linked with a static copy of libstdc++ (as the GPU machine's image's compiler wrapper links it)
+// crashed inserting a number into an ostream (2026-12-02, attention_params.cpp's shape message),
+// and an error message must not crash.
 #include <charconv>
 #include <cmath>
 #include <concepts>
