@@ -85,9 +85,10 @@ if [[ $want == *" tune "* ]] && [ -n "${BASELINE:-}" ]; then
   baseline_pid=$!
 fi
 # The torch extension with the system compiler where there is one: the image's CXX
-# (/opt/gcc/bin/g++, a wrapper) links libstdc++ statically into each shared object, and in such an
-# extension an ostream number insertion crashes (a minimal torch extension's `ostringstream << 5`
-# too; bench/results/cuda.md, 2026-12-02), which a user's build does not do.
+# (/opt/gcc/bin/g++, a wrapper) linked libstdc++ statically into the extension, a second copy
+# beside the one torch loads, and there an ostream number insertion crashed (a minimal torch
+# extension's `ostringstream << 5` too; bench/results/cuda.md, 2026-12-02); a user's build links it
+# dynamically, as /usr/bin/g++ does.
 compilers=()
 [ -x /usr/bin/g++ ] && compilers=(CC=/usr/bin/gcc CXX=/usr/bin/g++)
 [ $torch = 1 ] && MAX_JOBS=8 step build_torch.log build_torch_ext 420 env "${compilers[@]}" \
