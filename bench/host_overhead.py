@@ -4,9 +4,9 @@ With tiny inputs (4 sequences of 4 tokens, 2 heads x 64) the kernels take next t
 time per call is the host's: Python argument handling, the dispatcher, autograd, the launches.
 Timed in the same process, one after the other, median of --rounds rounds of --calls calls each:
 - varpack.flash_attn_varlen_func (the library's entry point: varpack::varlen_attn, autograd in C++);
-- torch.ops.varpack.varlen_fwd called directly (its autograd registered in Python, as
-  flash_attn_varlen_func's path was until 2026-12-02, which also wrapped it in a Python
-  autograd.Function);
+- torch.ops.varpack.varlen_fwd called directly (the same C++ autograd, without
+  flash_attn_varlen_func's Python argument handling; until 2026-12-02 its autograd was registered
+  in Python, and flash_attn_varlen_func wrapped it in a second, Python autograd.Function);
 - torch's scaled_dot_product_attention on the same tokens as one padded batch (a native op: the
   floor of a torch call).
 Forward under torch.no_grad(), and forward + backward. Run: python bench/host_overhead.py
@@ -64,7 +64,7 @@ def main():
 
     paths = {
         "varpack.flash_attn_varlen_func": lambda: varpack.flash_attn_varlen_func(q, k, v, cu, cu, n, n, causal=True),
-        "torch.ops.varpack.varlen_fwd (Python autograd)":
+        "torch.ops.varpack.varlen_fwd (the operator)":
             lambda: torch.ops.varpack.varlen_fwd(q, k, v, cu, cu, n, n, scale, True, -1, -1, 0.0)[0],
         "torch SDPA, padded (native op)": lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True),
     }

@@ -1,10 +1,11 @@
-// varpack::varlen_attn: varlen_fwd with the backward's `deterministic` and its autograd in C++,
-// the operator behind varpack.flash_attn_varlen_func. The autograd that python/varpack/attention.py
-// registers on varlen_fwd runs in Python, and flash_attn_varlen_func used to wrap it in a second,
-// Python autograd.Function for `deterministic`: two Python layers, about 80 us of host time per
-// forward call on a 2-core Xeon (bench/host_overhead.py), which a short kernel cannot hide. Here
-// the whole path from the Python call to the kernels stays in C++. (The schema is declared with
-// the others, in attention_op.cpp.)
+// The attention's autograd, in C++: varpack::varlen_fwd's, and that of varpack::varlen_attn,
+// varlen_fwd with the backward's `deterministic` (the operator behind
+// varpack.flash_attn_varlen_func). Until 2026-12-02 varlen_fwd's autograd was registered from
+// Python and flash_attn_varlen_func wrapped it in a second, Python autograd.Function for
+// `deterministic`: two Python layers, about 80 us of host time per forward call on a 2-core Xeon
+// (bench/host_overhead.py), which a short kernel cannot hide. Here the whole path from the Python
+// call to the kernels stays in C++. (The schemas are declared with the others, in
+// attention_op.cpp.)
 //
 // Below autograd it is varlen_fwd (deterministic only matters to the backward), so every device
 // and the fake tensors of torch.compile reach varlen_fwd's implementations. The backward calls
@@ -129,6 +130,18 @@ std::tuple<at::Tensor, at::Tensor> varlen_attn_autograd(
   return {outputs[0], outputs[1]};
 }
 
+// varlen_fwd's autograd: varlen_attn's with the default (atomic) backward.
+std::tuple<at::Tensor, at::Tensor> varlen_fwd_autograd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k,
+    double softmax_scale, bool causal, c10::SymInt window_left, c10::SymInt window_right,
+    double softcap) {
+  return varlen_attn_autograd(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q),
+                              std::move(max_seqlen_k), softmax_scale, causal,
+                              std::move(window_left), std::move(window_right), softcap,
+                              /*deterministic=*/false);
+}
+
 }  // namespace
 }  // namespace varpack::op
 
@@ -137,5 +150,6 @@ TORCH_LIBRARY_IMPL(varpack, CompositeExplicitAutograd, m) {
 }
 
 TORCH_LIBRARY_IMPL(varpack, Autograd, m) {
+  m.impl("varlen_fwd", &varpack::op::varlen_fwd_autograd);
   m.impl("varlen_attn", &varpack::op::varlen_attn_autograd);
 }

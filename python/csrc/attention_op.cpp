@@ -1,6 +1,7 @@
 // The varpack::varlen_fwd / varlen_bwd / varlen_attn torch operators: the schema (declared once,
 // here) and the CPU implementation over attention_forward_cpu / attention_backward_cpu.
-// python/varpack/attention.py adds the fake (meta) implementations and varlen_fwd's autograd;
+// python/varpack/attention.py adds the fake (meta) implementations and varlen_bwd's refusal of a
+// double backward; attention_autograd.cpp the autograd of varlen_fwd and varlen_attn;
 // cuda/*.cpp registers the CUDA implementation.
 //
 // Final schema (the CUDA registration must match it exactly):

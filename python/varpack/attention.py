@@ -3,10 +3,11 @@
 The operators varpack::varlen_fwd and varpack::varlen_bwd are declared in C++
 (python/csrc/attention_op.cpp, which also registers the CPU kernels; the CUDA kernels register into
 the same operators). This module adds what torch needs around them: fake implementations, so
-torch.compile traces them without running them or breaking the graph, and autograd for direct
-callers of varlen_fwd. flash_attn_varlen_func calls varpack::varlen_attn instead, varlen_fwd with
-the backward's `deterministic`, whose autograd is in C++ (python/csrc/attention_autograd.cpp), so a
-call spends no host time in Python past this module's argument handling.
+torch.compile traces them without running them or breaking the graph, and varlen_bwd's refusal of a
+double backward. The autograd of varlen_fwd, and of varpack::varlen_attn (varlen_fwd with the
+backward's `deterministic`, which flash_attn_varlen_func calls), is in C++
+(python/csrc/attention_autograd.cpp), so a call spends no host time in Python past this module's
+argument handling.
 
 Rows past cu_seqlens_q[-1] (and cu_seqlens_k[-1]) belong to no sequence: out is 0 there, lse +inf
 (a query that sees no key), and the gradients of those rows of q, k and v are 0.
@@ -45,26 +46,6 @@ def _varlen_attn_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
 def _varlen_bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, window_left, window_right, softcap, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, *args = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    ctx.args = args
-    # The kernels have no gradient for the log-sum-exp (neither has FlashAttention's).
-    ctx.mark_non_differentiable(lse)
-
-
-def _op_backward(ctx, dout, _dlse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    # Autograd may hand in an expanded or transposed gradient; the kernels want a unit last stride.
-    dq, dk, dv = torch.ops.varpack.varlen_bwd(dout.contiguous(), q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                              *ctx.args, False)
-    return (dq, dk, dv) + (None,) * (2 + len(ctx.args))
-
-
-torch.library.register_autograd(_OP_FWD, _op_backward, setup_context=_setup_context)
 
 
 def _no_double_backward(ctx, *grads):

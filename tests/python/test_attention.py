@@ -298,7 +298,7 @@ def test_opcheck_attn(variant, deterministic):
 
 
 def test_attn_matches_forward_op():
-    """varlen_attn's output and gradients are varlen_fwd's (its autograd) bit for bit."""
+    """varlen_attn's output and gradients are varlen_fwd's bit for bit (one C++ autograd serves both)."""
     args = op_args(softcap=4.0)
     q, k, v = args[:3]
     dout = torch.randn_like(q)
