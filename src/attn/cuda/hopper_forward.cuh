@@ -142,7 +142,11 @@ struct HopperForwardTile {
 //   where a consumer's rows see no more (the first consumer on the causal diagonal) 382 / 555 /
 //   577 / 438 against 413 / 574 / 591 / 460 (ptxas: 52 bytes of spills at the item's end); the
 //   output staged at an item's end and copied out under the next item's first S = Q K^T 384 / 548
-//   / 613 / 455 against 407 / 559 / 618 / 457.
+//   / 613 / 455 against 407 / 559 / 618 / 457; an L2 prefetch of the first Q tile and K/V tiles of
+//   the block 4-32 places later in launch order, by the consumers before their first wait (08:40
+//   UTC, two rounds) 377-382 / 548-553 / 607-632 / 406-411 against 399-401 / 560-564 / 633-637 /
+//   446-447 (its dependent loads of cu_seqlens delayed the consumers' start; the backward's, moved
+//   off its critical path, gained nothing either: HopperAtomicBackwardConfig).
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
