@@ -188,8 +188,8 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, fal
 // / 431.3 / 482.7 / 386.6 against 305.8 / 456.8 / 515.1 / 406.5 (ptxas: 4 fences injected).
 // Tried on 2026-12-02 08:20-09:00 UTC (tile_shapes, interleaved with this shape, bf16, causal, 16
 // heads), not kept: dV's product issued right after P^T, under the dS^T arithmetic (branch
-// wip/early-dv; no ptxas serialization), three rounds, d128 309.6 -> 298.3 / 454.5 -> 434.7 /
-// 529.7 -> 499.2 / 425.5 -> 408.2 (-3 to -6%), d96 -5 to -8%; an L2 prefetch of the K and V of
+// wip/early-dv; no ptxas serialization), three rounds, the third: d128 309.6 -> 298.3 / 454.5 ->
+// 434.7 / 529.7 -> 499.2 / 425.5 -> 408.2 (-3 to -6% in all three), d96 -5 to -8%; an L2 prefetch of the K and V of
 // the block 16-64 places later in launch order by the reducing warps (branch wip/l2-prefetch),
 // d128 within +-0.5% (16 x 4k 457.8 -> 456.7-459.7), d64 -2 to -8% (more spills); issued before
 // the reducing warps released the dQ buffers it delayed the first hand-off, -6% at 64 x 1k.
