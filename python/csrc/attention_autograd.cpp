@@ -77,7 +77,8 @@ class VarlenAttention : public torch::autograd::Function<VarlenAttention> {
                                c10::SymInt max_seqlen_k, double softmax_scale, bool causal,
                                c10::SymInt window_left, c10::SymInt window_right, double softcap,
                                bool deterministic) {
-    // Straight to the device's kernels: past varlen_fwd's own (Python) autograd layer.
+    // Below autograd, straight to the device's kernels (varlen_fwd's Autograd kernel is this
+    // function too: without the guard the call would come back here).
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] =
         call_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
