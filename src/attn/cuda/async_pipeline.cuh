@@ -57,6 +57,17 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap& map
       : "memory");
 }
 
+// The reverse of tma_load_3d: the tensor map's box at (c0, c1, c2) written from shared memory at
+// `src` (1024-byte aligned, in the map's swizzled layout) by the TMA unit, as a bulk group of this
+// thread (bulk_commit, bulk_wait_read); elements outside the tensor are not written. The source
+// must have been made visible to the async proxy (fence_proxy_async by its writers, then a barrier).
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap& map, int c0, int c1, int c2,
+                                             uint32_t src) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+               ::"l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+}
+
 // Rows [row, row + Tile's rows) of head `head` of the tensor behind `map` (a head_tile_map with
 // Tile's rows per box) into the GmmaTile at `tile`, one TMA copy per 64-column block, completing
 // on `bar`. The caller adds Tile::kBytes to the barrier's transfer count.

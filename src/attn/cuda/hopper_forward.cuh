@@ -12,8 +12,9 @@
 //   O += P V takes P from registers, so P never leaves the registers. A consumer issues tile t's
 //   S = Q K^T together with tile t - 1's O += P V and runs tile t's softmax while the latter runs;
 //   with ping-pong the consumers take turns to issue (named barriers), so one's softmax overlaps
-//   the other's products. The output goes out through a shared-memory scratch of its own
-//   (WarpRowsOut), 16-byte chunks per store.
+//   the other's products. The output goes out through a shared-memory scratch of its own: each
+//   consumer warp's 16 rows stored by the TMA unit (WarpRowsTmaOut; a sequence's partial last rows
+//   and d256's staged columns by the warp, 16-byte chunks per store, WarpRowsOut).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,15 +34,17 @@
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
 #include "attn/cuda/warp_rows_out.cuh"
+#include "attn/cuda/warp_rows_tma_out.cuh"
 #include "attn/cuda/wgmma.cuh"
 #include "varpack/attention.h"
 
 namespace varpack::cuda {
 
 // OutCols: the output columns staged at a time (WarpRowsOut), fewer than D where shared memory is
-// short. DataD: the head dim in memory, where it is not a multiple of 64: D (the tiles' columns,
-// whole 64-column blocks) is the next one up, and the columns past DataD are zeros in shared memory
-// and left out of S = Q K^T's reduction and of the output. LazyRescale: a row keeps its running
+// short. TmaOut: the output stored by the TMA unit (WarpRowsTmaOut; needs OutCols == D). DataD:
+// the head dim in memory, where it is not a multiple of 64: D (the tiles' columns, whole 64-column
+// blocks) is the next one up, and the columns past DataD are zeros in shared memory and left out
+// of S = Q K^T's reduction and of the output. LazyRescale: a row keeps its running
 // maximum until a tile's exceeds it by more than 2^8 (in exp2's units), so that O and the row sum
 // are rescaled only then, not at every tile; P = exp2(s - max) is then at most 256, exact
 // arithmetic either way (the sum and the output are taken against the same maximum).
@@ -59,7 +62,7 @@ namespace varpack::cuda {
 // HopperForwardLongD64.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
-          bool TreeReduce = true>
+          bool TreeReduce = true, bool TmaOut = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -88,12 +91,19 @@ struct HopperForwardTile {
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
   static constexpr int kOutCols = OutCols;
-  static constexpr int kScratchBytes = 16 * (2 * OutCols + 16);  // WarpRowsOut's, per consumer warp
+  static constexpr bool kTmaOut = TmaOut;
+  static_assert(!TmaOut || OutCols == D, "the TMA unit stores whole rows of boxes");
+  // Per consumer warp: WarpRowsTmaOut's (a multiple of 1024 bytes, as its swizzling needs) or
+  // WarpRowsOut's.
+  static constexpr int kScratchBytes =
+      TmaOut ? WarpRowsTmaOut<uint16_t, D, DataD>::kScratchBytes : 16 * (2 * OutCols + 16);
   // Q, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
   static constexpr int kKOffset = QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
   static constexpr int kOutOffset = kVOffset + Stages * KvTile::kBytes;
   static constexpr int kBarrierOffset = kOutOffset + 4 * Consumers * kScratchBytes;
+  static_assert(!TmaOut || kOutOffset % 1024 == 0,
+                "the swizzled boxes start on 1024-byte boundaries");
   static constexpr int kBarriers = 2 + 4 * Stages;  // Q full/empty; per stage K and V full/empty
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
 };
@@ -147,15 +157,25 @@ struct HopperForwardTile {
 //   UTC, two rounds) 377-382 / 548-553 / 607-632 / 406-411 against 399-401 / 560-564 / 633-637 /
 //   446-447 (its dependent loads of cu_seqlens delayed the consumers' start; the backward's, moved
 //   off its critical path, gained nothing either: HopperAtomicBackwardConfig).
+// - The output stored by the TMA unit (TmaOut; WarpRowsTmaOut) against the warps' 16-byte copies
+//   (WarpRowsOut), tile_shapes interleaved, two rounds (2026-12-02 14:15 UTC), TFLOP/s at 64 x 1k /
+//   16 x 4k / 4 x 16k / mixed: d128 413.9 / 572.8 / 622.8 / 465.7 and 412.1 / 570.3 / 622.1 / 447.2
+//   against 408.3 / 567.8 / 627.9 / 460.4 and 405.8 / 567.2 / 626.5 / 444.2; d96 319.2 / 450.3 /
+//   534.8 / 389.0 and 321.7 / 451.9 / 534.3 / 383.3 against 308.2 / 444.1 / 532.2 / 376.0 and 308.8
+//   / 445.4 / 529.1 / 370.5; d64's two consumers (the library's below 4096 queries) 286.0 and 283.4
+//   against 283.9 and 279.9 at 64 x 1k. So at every shape but two: d64's three consumers
+//   (HopperForwardLongD64) 205-207 / 377-378 / 449 / 267-268 against 225-227 / 406 / 480 / 295-297,
+//   and d256, whose output is staged 64 columns at a time. (The backward's dK and dV by the TMA
+//   unit, the same call: d128 and d96 within -1 to +0.2%, d64 -3 to -4%; not kept.)
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
-          D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240>,
+          D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true>,
           std::conditional_t<D == 256,
                              HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
-                                               (D + 63) / 64 * 64, D>>> {};
+                                               (D + 63) / 64 * 64, D, false, true, true>>> {};
 
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
@@ -175,7 +195,8 @@ struct RowPairTree {
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
-                          const __grid_constant__ CUtensorMap v_map, const LaunchOrder order,
+                          const __grid_constant__ CUtensorMap v_map,
+                          const __grid_constant__ CUtensorMap out_map, const LaunchOrder order,
                           int heads_per_block) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
@@ -255,7 +276,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = WarpRowsOut<T, D, Cfg::kOutCols, kDataD>;
+  using RowsOut = std::conditional_t<Cfg::kTmaOut, WarpRowsTmaOut<T, D, kDataD>,
+                                     WarpRowsOut<T, D, Cfg::kOutCols, kDataD>>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
   // The current query tile: its first row, its first key tile, and the visibility of keys from
@@ -461,10 +483,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           p.lse[h * p.lse_head_stride + seq.q_begin + row] =
               sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
       }
-      RowsOut::store(o, inv, scratch,
-                     static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
-                         h * p.out_head_stride,
-                     p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+      T* const out_rows = static_cast<T*>(p.out) +
+                          (seq.q_begin + m0 + warp_row) * p.out_row_stride + h * p.out_head_stride;
+      if constexpr (Cfg::kTmaOut)
+        RowsOut::store(o, inv, scratch, out_map, h, static_cast<int>(seq.q_begin + m0 + warp_row),
+                       out_rows, p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+      else
+        RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row,
+                       lane);
       if (n > 0) {
         ++item;
         g0 += n;
@@ -474,6 +500,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }
+  if constexpr (Cfg::kTmaOut) RowsOut::drain(lane);
 #endif
 }
 
@@ -612,8 +639,13 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
                                           p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
+  // The output's boxes: one consumer warp's 16 rows (unused without kTmaOut).
+  const CUtensorMap out_map =
+      Cfg::kTmaOut ? head_tile_map(p.out, kBf16, p.total_q, p.heads, Cfg::kDataD,
+                                   p.out_row_stride, p.out_head_stride, 16)
+                   : CUtensorMap{};
   kernel<<<static_cast<unsigned>(order.blocks()), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-      p, k_map, v_map, order, heads_per_block);
+      p, k_map, v_map, out_map, order, heads_per_block);
   check_launch("the Hopper forward kernel");
 }
 
