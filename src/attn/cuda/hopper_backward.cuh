@@ -192,7 +192,10 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, fal
 // 434.7 / 529.7 -> 499.2 / 425.5 -> 408.2 (-3 to -6% in all three), d96 -5 to -8%; an L2 prefetch of the K and V of
 // the block 16-64 places later in launch order by the reducing warps (branch wip/l2-prefetch),
 // d128 within +-0.5% (16 x 4k 457.8 -> 456.7-459.7), d64 -2 to -8% (more spills); issued before
-// the reducing warps released the dQ buffers it delayed the first hand-off, -6% at 64 x 1k.
+// the reducing warps released the dQ buffers it delayed the first hand-off, -6% at 64 x 1k. Tried
+// on 2026-12-02 14:15 UTC (tile_shapes, two rounds), not kept: dK and dV stored by the TMA unit as
+// the forward's output is (WarpRowsTmaOut, staged in K's and V's tiles), d128 and d96 -1.2 to
+// +0.2%, d64 -3 to -4%.
 template <int D>
 struct HopperAtomicBackwardConfig;
 template <>

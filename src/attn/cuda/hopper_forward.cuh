@@ -166,7 +166,7 @@ struct HopperForwardTile {
 //   against 283.9 and 279.9 at 64 x 1k. So at every shape but two: d64's three consumers
 //   (HopperForwardLongD64) 205-207 / 377-378 / 449 / 267-268 against 225-227 / 406 / 480 / 295-297,
 //   and d256, whose output is staged 64 columns at a time. (The backward's dK and dV by the TMA
-//   unit, the same call: d128 and d96 within -1 to +0.2%, d64 -3 to -4%; not kept.)
+//   unit, the same call: d128 and d96 -1.2 to +0.2%, d64 -3 to -4%; not kept.)
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
