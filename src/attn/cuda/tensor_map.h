@@ -1,8 +1,8 @@
 // TMA descriptors (CUtensorMap) for the Hopper kernels: a [rows, heads, D] tensor of 2-byte
 // elements seen as tiles of (box_rows rows x 64 columns) of one head, landing in shared memory in
-// the 128-byte-swizzled layout of a GmmaTile column block. Built on the host for each call (the
-// pointers change); the driver's encoder is looked up through the runtime, so nothing links
-// libcuda.
+// the 128-byte-swizzled layout of a GmmaTile column block (or stored from that layout: the
+// forward's output, WarpRowsTmaOut). Built on the host for each call (the pointers change); the
+// driver's encoder is looked up through the runtime, so nothing links libcuda.
 #pragma once
 
 #include <cuda.h>
