@@ -13,8 +13,9 @@
 //   S = Q K^T together with tile t - 1's O += P V and runs tile t's softmax while the latter runs;
 //   with ping-pong the consumers take turns to issue (named barriers), so one's softmax overlaps
 //   the other's products. The output goes out through a shared-memory scratch of its own: each
-//   consumer warp's 16 rows stored by the TMA unit (WarpRowsTmaOut; a sequence's partial last rows
-//   and d256's staged columns by the warp, 16-byte chunks per store, WarpRowsOut).
+//   consumer warp's 16 rows stored by the TMA unit (WarpRowsTmaOut; a sequence's partial last
+//   rows by the warp), or, at d256 and with d64's three consumers (HopperForwardLongD64), copied
+//   out by the warp in 16-byte chunks (WarpRowsOut).
 #pragma once
 
 #include <cuda_runtime.h>
