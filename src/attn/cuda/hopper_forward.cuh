@@ -165,8 +165,9 @@ struct HopperForwardTile {
 //   534.8 / 389.0 and 321.7 / 451.9 / 534.3 / 383.3 against 308.2 / 444.1 / 532.2 / 376.0 and 308.8
 //   / 445.4 / 529.1 / 370.5; d64's two consumers (the library's below 4096 queries) 286.0 and 283.4
 //   against 283.9 and 279.9 at 64 x 1k. So at every shape but two: d64's three consumers
-//   (HopperForwardLongD64) 205-207 / 377-378 / 449 / 267-268 against 225-227 / 406 / 480 / 295-297,
-//   and d256, whose output is staged 64 columns at a time. (The backward's dK and dV by the TMA
+//   (HopperForwardLongD64) 205-207 / 377-378 / 449 / 267-268 against 225-227 / 406 / 480 / 295-297
+//   (ptxas: 88 bytes of spills in its 160-register consumers, against none), and d256, whose
+//   output is staged 64 columns at a time. (The backward's dK and dV by the TMA
 //   unit, the same call: d128 and d96 -1.2 to +0.2%, d64 -3 to -4%; not kept.)
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
