@@ -52,7 +52,8 @@ struct WarpRowsTmaOut {
                       Mma<T>::pack(acc[4 * n + 2 * r] * scale[r], acc[4 * n + 2 * r + 1] * scale[r]));
     // The stores above, before the TMA unit reads them; on both paths, since with the fence and the
     // barrier inside the branch ptxas took the forward's wgmma descriptors out of uniform
-    // registers (62 R2UR beside its HGMMAs instead of 6; -1 to -6% on the H200, 2026-12-02).
+    // registers (scripts/sass_loop.py, d128: the loop's 736 instructions became 767, 32 of them
+    // R2UR; -1 to -6% on the H200, 2026-12-02).
     fence_proxy_async();
     __syncwarp();
     if (valid >= 16) {
