@@ -20,18 +20,14 @@ namespace varpack::cuda {
 // the tensor map's extent, so the last box's columns past it are not written).
 template <class T, int D, int DataD = D>
 struct WarpRowsTmaOut {
-  static_assert(D % 64 == 0 && DataD <= D && DataD % 8 == 0, "whole boxes of whole 16-byte chunks");
+  static_assert(DataD <= D && DataD % 8 == 0, "whole 16-byte chunks");
+  // The staging area: 16 rows in the 128-byte-swizzled layout that head_tile_map's boxes load into
+  // and store from, one 2 KB column block per box (so the accumulator layout's stores, 8 rows x 4
+  // column pairs at a time, hit 32 different banks).
+  using Staging = GmmaTile<16, D>;
   static constexpr int kBoxes = D / 64;
-  static constexpr int kBoxBytes = 16 * 128;  // 16 rows of 64 2-byte columns
-  static constexpr int kScratchBytes = kBoxes * kBoxBytes;
+  static constexpr int kScratchBytes = Staging::kBytes;
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
-
-  // Byte offset of 16-byte chunk `chunk` of row `row` (0..15) in the staging area: 128-byte
-  // swizzling XORs the chunk's index inside its 128-byte row with the row's index mod 8, so the
-  // accumulator layout's stores (8 rows x 4 column pairs at a time) hit 32 different banks.
-  __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
-    return (chunk / 8) * kBoxBytes + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
-  }
 
   // Rows [0, valid) at dst (row_stride elements apart; in `map`, a head_tile_map of 16-row boxes,
   // rows row0 .. row0 + 15 of head `head`) = acc * scale[r] for rows g + 8r. `scratch`:
@@ -48,7 +44,7 @@ struct WarpRowsTmaOut {
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int n = 0; n < kChunks; ++n)
-        st_shared_b32(scratch + offset(g + 8 * r, n) + 4 * qd,
+        st_shared_b32(scratch + Staging::offset(g + 8 * r, n) + 4 * qd,
                       Mma<T>::pack(acc[4 * n + 2 * r] * scale[r], acc[4 * n + 2 * r + 1] * scale[r]));
     // The stores above, before the TMA unit reads them; on both paths, since with the fence and the
     // barrier inside the branch ptxas took the forward's wgmma descriptors out of uniform
@@ -60,7 +56,7 @@ struct WarpRowsTmaOut {
       if (lane == 0) {
 #pragma unroll
         for (int c = 0; c < kBoxes; ++c)
-          tma_store_3d(map, c * 64, head, row0, scratch + c * kBoxBytes);
+          tma_store_3d(map, c * 64, head, row0, scratch + c * Staging::kBlockBytes);
         bulk_commit();
       }
       return;
@@ -71,7 +67,7 @@ struct WarpRowsTmaOut {
       const int row = c / kChunks, chunk = c % kChunks;
       if (row < valid && (DataD == D || chunk * 8 < DataD))
         *reinterpret_cast<uint4*>(dst + row * row_stride + chunk * 8) =
-            ld_shared_v4(scratch + offset(row, chunk));
+            ld_shared_v4(scratch + Staging::offset(row, chunk));
     }
     // The next store's __syncwarp orders these reads before its writes.
   }
