@@ -107,7 +107,11 @@ if [[ $want == *" test "* ]]; then
     step tests.log standalone_test 120 build-gpu/test_attention_cuda && [ $quick = 0 ] &&
     VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
     VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=sequence step tests.log standalone_by_sequence \
-      120 build-gpu/test_attention_cuda
+      120 build-gpu/test_attention_cuda &&
+    VARPACK_FORWARD_PERSISTENT=1 step tests.log standalone_persistent 120 \
+      build-gpu/test_attention_cuda &&
+    VARPACK_FORWARD_PERSISTENT=0 step tests.log standalone_not_persistent 120 \
+      build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
   # test_attention.py too: the operator's CPU path and input checks, built with this machine's
@@ -177,7 +181,13 @@ if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
     VARPACK_LAUNCH_ORDER=$order step tests.log "racecheck_$order" "${SANITIZE_S:-150}" \
       compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
   done
-  unset VARPACK_HEADS_PER_BLOCK
+  # The persistent forward (its work hand-over between blocks' warps) on the same cases.
+  export VARPACK_FORWARD_PERSISTENT=1
+  step tests.log memcheck_persistent "${SANITIZE_S:-120}" \
+    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+  step tests.log racecheck_persistent "${SANITIZE_S:-150}" \
+    compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+  unset VARPACK_HEADS_PER_BLOCK VARPACK_FORWARD_PERSISTENT
 fi
 if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ]; then
   # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 30-36

@@ -18,8 +18,16 @@ namespace varpack {
 // head_dim 64, 96, 128 or 256, unit stride along head_dim, and rows and heads 16-byte aligned.
 void check_attention_params_cuda(const AttentionParams& params);
 
+// Bytes of device workspace attention_forward_cuda can use (a work counter: with it, the Hopper
+// kernel runs batches of sequences of different lengths as one block per multiprocessor, each
+// taking the next query tile as it finishes one).
+size_t attention_forward_workspace_bytes_cuda(const AttentionParams& params);
+
 // out and lse (when non-null) for every query row in a sequence; rows past cu_seqlens_q[batch]
-// are not written.
+// are not written. `workspace`: null (every query tile its own block), or
+// attention_forward_workspace_bytes_cuda(params) bytes of device memory, 16-byte aligned, not
+// used by other work on the device until this call's kernels are done.
+void attention_forward_cuda(const AttentionParams& params, void* workspace, cudaStream_t stream);
 void attention_forward_cuda(const AttentionParams& params, cudaStream_t stream);
 
 // Bytes of device workspace attention_backward_cuda needs for these params on the current device:

@@ -41,7 +41,11 @@ std::tuple<at::Tensor, at::Tensor> varlen_fwd_cuda(
     const AttentionParams p =
         forward_params(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        softmax_scale, causal, window_left, window_right, softcap, out, lse);
-    attention_forward_cuda(p, stream);
+    // The work counter of the persistent kernel, through torch's caching allocator.
+    at::Tensor workspace =
+        at::empty({static_cast<int64_t>(attention_forward_workspace_bytes_cuda(p))},
+                  q.options().dtype(at::kByte));
+    attention_forward_cuda(p, workspace.data_ptr(), stream);
     zero_tail(out, cu_seqlens_q, stream);
     fill_lse_past_end_cuda(lse.data_ptr<float>(), lse.stride(0), static_cast<int>(lse.size(0)),
                            lse.size(1), cu_seqlens_q.data_ptr<int32_t>(),

@@ -66,11 +66,19 @@ void check_attention_params_cuda(const AttentionParams& p) {
   check_tensor("v", p.v, p.v_row_stride, p.v_head_stride);
 }
 
-void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
+size_t attention_forward_workspace_bytes_cuda(const AttentionParams&) { return 16; }
+
+void attention_forward_cuda(const AttentionParams& p, void* workspace, cudaStream_t stream) {
   check_attention_params_cuda(p);
   check_tensor("out", p.out, p.out_row_stride, p.out_head_stride);
-  dispatch(p,
-           [&](auto t, auto d) { cuda::run_forward<decltype(t), decltype(d)::value>(p, stream); });
+  require(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "workspace must be 16-byte aligned");
+  dispatch(p, [&](auto t, auto d) {
+    cuda::run_forward<decltype(t), decltype(d)::value>(p, workspace, stream);
+  });
+}
+
+void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
+  attention_forward_cuda(p, nullptr, stream);
 }
 
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& p) {

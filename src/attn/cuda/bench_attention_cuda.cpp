@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
     sized.deterministic = false;
     CHECK_CUDA(cudaMalloc(&ws, varpack::attention_backward_workspace_bytes_cuda(sized)));
   }
+  void* forward_ws;  // the persistent forward's work counter
+  CHECK_CUDA(cudaMalloc(&forward_ws, varpack::attention_forward_workspace_bytes_cuda({})));
 
   if (argc > 2) {
     const size_t only = static_cast<size_t>(std::atoi(argv[2]));
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
   for (const Point& pt : points) {
     double flops = 0;
     varpack::AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
-    const float fwd = varpack::bench::median_ms([&] { varpack::attention_forward_cuda(p, nullptr); }, repeats);
+    const float fwd = varpack::bench::median_ms([&] { varpack::attention_forward_cuda(p, forward_ws, nullptr); }, repeats);
     p.deterministic = true;
     const float det = varpack::bench::median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);
     p.deterministic = false;

@@ -7,9 +7,12 @@
 namespace varpack::cuda {
 
 template <>
-void run_forward<__nv_bfloat16, 256>(const AttentionParams& params, cudaStream_t stream) {
-  if (use_hopper_kernels()) launch_hopper_forward<__nv_bfloat16, 256>(params, stream);
-  else launch_forward<__nv_bfloat16, 256>(params, stream);
+void run_forward<__nv_bfloat16, 256>(const AttentionParams& params, void* workspace,
+                                     cudaStream_t stream) {
+  if (use_hopper_kernels())
+    launch_hopper_forward<__nv_bfloat16, 256>(params, stream, static_cast<int*>(workspace));
+  else
+    launch_forward<__nv_bfloat16, 256>(params, stream);
 }
 
 }  // namespace varpack::cuda

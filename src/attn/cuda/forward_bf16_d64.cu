@@ -7,9 +7,12 @@
 namespace varpack::cuda {
 
 template <>
-void run_forward<__nv_bfloat16, 64>(const AttentionParams& params, cudaStream_t stream) {
-  if (use_hopper_kernels()) launch_hopper_forward<__nv_bfloat16, 64>(params, stream);
-  else launch_forward<__nv_bfloat16, 64>(params, stream);
+void run_forward<__nv_bfloat16, 64>(const AttentionParams& params, void* workspace,
+                                    cudaStream_t stream) {
+  if (use_hopper_kernels())
+    launch_hopper_forward<__nv_bfloat16, 64>(params, stream, static_cast<int*>(workspace));
+  else
+    launch_forward<__nv_bfloat16, 64>(params, stream);
 }
 
 }  // namespace varpack::cuda

@@ -1,13 +1,16 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
-// algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. One block =
-// one query tile of a few consecutive heads, one head after the other. The block is
-// warp-specialized, with no block-wide barrier after its start:
-// - a producer warpgroup (few registers, setmaxnreg) loads each head's Q and the K/V tiles: a tile
+// algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. A work =
+// one query tile of a few consecutive heads, one head (item) after the other; a block runs one work,
+// or, persistent (given a work counter: forward_persistent says where), one block per
+// multiprocessor takes works from the counter until none is left. The block is warp-specialized,
+// with no block-wide barrier after its start:
+// - a producer warpgroup (few registers, setmaxnreg) loads each item's Q and the K/V tiles: a tile
 //   wholly inside the sequence by the TMA unit, a sequence's partial last tile (and Q) by cp.async
 //   from its 128 threads, which zero-fills the rows past the sequence's end (nothing past it is
 //   read). K and V have rings of their own, a full and an empty mbarrier per stage, so a K stage is
 //   refilled as soon as every consumer's S = Q K^T on it is done and a V stage once O += P V is;
-//   the next head's Q and first tiles load while the consumers finish the previous head;
+//   Q has two buffers (but d256 and d64's three consumers), so the next item's Q loads during this
+//   item, and its first K/V tiles while the consumers finish it;
 // - consumer warpgroups of 64 query rows each. S = Q K^T reads both operands from shared memory,
 //   O += P V takes P from registers, so P never leaves the registers. A consumer issues tile t's
 //   S = Q K^T together with tile t - 1's O += P V and runs tile t's softmax while the latter runs;
@@ -63,7 +66,7 @@ namespace varpack::cuda {
 // HopperForwardLongD64.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
-          bool TreeReduce = true, bool TmaOut = false>
+          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -99,14 +102,24 @@ struct HopperForwardTile {
   static constexpr int kScratchBytes =
       TmaOut ? WarpRowsTmaOut<uint16_t, D, DataD>::kScratchBytes : 16 * (2 * OutCols + 16);
   // Q, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
-  static constexpr int kKOffset = QTile::kBytes;
+  // Q tiles: with two, the next item's Q loads while this item runs.
+  static constexpr int kQBuffers = QBuffers;
+  // RowLimitMask: a partly visible tile's mask as two bounds per row, relative to the thread's
+  // first key (one compare a score where no window's left edge falls in the tile).
+  static constexpr bool kRowLimitMask = RowLimitMask;
+  static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
+  static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
   static constexpr int kOutOffset = kVOffset + Stages * KvTile::kBytes;
   static constexpr int kBarrierOffset = kOutOffset + 4 * Consumers * kScratchBytes;
   static_assert(!TmaOut || kOutOffset % 1024 == 0,
                 "the swizzled boxes start on 1024-byte boundaries");
-  static constexpr int kBarriers = 2 + 4 * Stages;  // Q full/empty; per stage K and V full/empty
-  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+  // Per Q tile full/empty; per stage K and V full/empty; the persistent kernel's two work-id slots
+  // full/empty.
+  static constexpr int kBarriers = 2 * QBuffers + 4 * Stages + 4;
+  static constexpr int kWorkIdOffset = kBarrierOffset + kBarriers * 8;  // two int32 work ids
+  static constexpr int kSmemBytes = 1024 + kWorkIdOffset + 8;
+  static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
 
 // Measured on the H200 (bf16, causal, 16 heads, experiments/tile_shapes.cu, one call, 2026-12-01
@@ -169,15 +182,29 @@ struct HopperForwardTile {
 //   (ptxas: 88 bytes of spills in its 160-register consumers, against none), and d256, whose
 //   output is staged 64 columns at a time. (The backward's dK and dV by the TMA
 //   unit, the same call: d128 and d96 -1.2 to +0.2%, d64 -3 to -4%; not kept.)
+// - Two Q buffers (QBuffers), the next item's Q loaded during this item instead of after its last
+//   S = Q K^T, and the mask of a partly visible tile as two bounds per row (RowLimitMask), against
+//   the library of the time (tile_shapes, interleaved, 2026-12-02 15:36 UTC; TFLOP/s at 64 x 1k /
+//   16 x 4k / 4 x 16k / mixed / 10% padding): two Q buffers d128 391.4 / 541.2 / 599.3 / 443.0 /
+//   491.8 against 379.2 / 536.9 / 597.2 / 442.6 / 487.8 (a second round: 409.5 / 544.7 / 601.1 /
+//   461.5 against 404.6 / 540.9 / 597.3 / 461.2), d96 324.0 / 439.7 / 520.9 / 373.3 / 420.0
+//   against 312.6 / 439.7 / 520.2 / 376.7 / 423.0, d64 293.2 / 395.2 / 410.9 / 286.1 / 359.4
+//   against 285.2 / 393.3 / 408.5 / 284.9 / 360.5; the row-limit mask d64 289.6 / 396.6 / 418.3 /
+//   292.9 / 364.6, d96 317.3 / 439.9 / 518.2 / 384.6 / 424.6, but d128 383.5 / 531.5 / 588.3 /
+//   442.8 / 487.1 (and 407.3 / 534.8 / 589.2 / 463.4): 1-1.5% slower from 4k, where it has few
+//   masked tiles (its loop: 837 instructions with both of the mask's paths, against 736). So two
+//   Q buffers at d64, d96 and d128, the row-limit mask at d64 and d96.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
-          D == 64, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true>,
+          D == 64,
+          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true>,
           std::conditional_t<D == 256,
                              HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
-                                               (D + 63) / 64 * 64, D, false, true, true>>> {};
+                                               (D + 63) / 64 * 64, D, false, true, true, 2,
+                                               D != 128>>> {};
 
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
@@ -194,33 +221,38 @@ struct RowPairTree {
   }
 };
 
-template <class T, class Cfg, bool kSoftcap>
+// kPersistent: one block per multiprocessor (the launch's grid), each taking works (the blocks of
+// the launch order, in its order) from work_counter, zeroed before the launch, as it finishes the
+// previous one; without it, work blockIdx.x. A persistent block's producer thread takes the next
+// work once it has issued the loads of the current one, and hands its index to every warp
+// through two shared-memory slots (full / empty mbarriers each).
+template <class T, class Cfg, bool kSoftcap, bool kPersistent = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
                           const __grid_constant__ CUtensorMap v_map,
                           const __grid_constant__ CUtensorMap out_map, const LaunchOrder order,
-                          int heads_per_block) {
+                          int heads_per_block, int* work_counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
   constexpr int kBM = Cfg::kBlockM;
   constexpr int kBN = Cfg::kBlockN;
   constexpr int kStages = Cfg::kStages;
+  constexpr int kQBuffers = Cfg::kQBuffers;
   constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
   using QTile = typename Cfg::QTile;
   using KvTile = typename Cfg::KvTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const BlockWork work =
-      block_work<kBM>(p.cu_seqlens_q, order, blockIdx.x);
-  if (!work.valid) return;
+  if constexpr (!kPersistent) {
+    if (!block_work<kBM>(p.cu_seqlens_q, order, blockIdx.x).valid) return;
+  }
   const int group = p.heads / p.kv_heads;
-  const int h_first = work.head_group * heads_per_block;
-  // The block's items, one after the other: each of its query tiles (one, but for a rank-0 block
+  // A work's items, one after the other: each of its query tiles (one, but for a rank-0 block
   // whose sequence is longer than the launch order assumed) for each of its heads. The same query
   // rows of every head see the same keys, so a tile's heads walk the same key tiles; the block's
-  // g-th K/V tile in all sits in stage g % kStages, fill number g / kStages of that stage.
-  const SequenceBounds seq = query_tile<kBM, kBN>(p, TileSlot{work.b, work.first, true}).seq;
+  // g-th K/V tile in all sits in stage g % kStages, fill number g / kStages of that stage, and its
+  // item-th item's Q in buffer item % kQBuffers.
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t sK = sQ + Cfg::kKOffset;
@@ -228,36 +260,86 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t bars = sQ + Cfg::kBarrierOffset;
   // Q's: the producer's 128 threads arrive once their copies have landed; every consumer warp
   // hands it back once its last S = Q K^T of the head is done.
-  const uint32_t q_full = bars, q_empty = bars + 8;
-  const KvRings<KvTile, kStages> ring{sK, sV, bars + 16};
+  auto q_full = [&](int item) { return bars + 8 * (item % kQBuffers); };
+  auto q_empty = [&](int item) { return bars + 8 * (kQBuffers + item % kQBuffers); };
+  const KvRings<KvTile, kStages> ring{sK, sV, bars + 16 * kQBuffers};
+  // The persistent kernel's work ids: slot w % 2 holds the w-th work's (-1: no more).
+  const uint32_t id_bars = bars + 16 * kQBuffers + 8 * ring.kBarriers;
+  auto id_full = [&](int w) { return id_bars + 8 * (w % 2); };
+  auto id_empty = [&](int w) { return id_bars + 16 + 8 * (w % 2); };
+  int* const work_ids = reinterpret_cast<int*>(smem_raw + (sQ - smem_addr(smem_raw)) +
+                                               Cfg::kWorkIdOffset);
   if (threadIdx.x == 0) {
-    mbarrier_init(q_full, 128);
-    mbarrier_init(q_empty, kConsumerWarps);
+    for (int b = 0; b < kQBuffers; ++b) {
+      mbarrier_init(q_full(b), 128);
+      mbarrier_init(q_empty(b), kConsumerWarps);
+    }
     ring.init(kConsumerWarps);
+    if constexpr (kPersistent) {
+      for (int w = 0; w < 2; ++w) {
+        mbarrier_init(id_full(w), 1);
+        mbarrier_init(id_empty(w), 4 + kConsumerWarps);  // every warp of the block
+      }
+    }
   }
   __syncthreads();  // the barriers are initialized
+  // The w-th work's index, by every thread (the producer's thread 0 has published it); -1: none.
+  auto work_index = [&](int w) -> int64_t {
+    if constexpr (!kPersistent) {
+      return w == 0 ? static_cast<int64_t>(blockIdx.x) : -1;
+    } else {
+      mbarrier_wait(id_full(w), (w / 2) & 1);
+      const int id = *reinterpret_cast<volatile int*>(work_ids + w % 2);
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbarrier_arrive(id_empty(w));
+      return id;
+    }
+  };
+  // The producer's thread 0: the next valid work's index from the counter into slot w % 2.
+  int64_t taken = blockIdx.x;  // the last index taken (thread 0 of a persistent block)
+  auto publish_next = [&](int w) {
+    if constexpr (kPersistent) {
+      if (threadIdx.x != 0) return;
+      if (w > 0) taken = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
+      while (taken < order.blocks() && !block_work<kBM>(p.cu_seqlens_q, order, taken).valid)
+        taken = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
+      if (w >= 2) mbarrier_wait(id_empty(w), ((w / 2) - 1) & 1);
+      *reinterpret_cast<volatile int*>(work_ids + w % 2) =
+          taken < order.blocks() ? static_cast<int>(taken) : -1;
+      mbarrier_arrive(id_full(w));
+    }
+  };
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
-    const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
-    const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
-    const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
     int item = 0, fill = 0;  // Q's hand-overs so far, K/V tiles so far
-    for (int64_t qt = work.first; qt < work.end; ++qt) {
-      const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
-      if (tile.walk.count == 0) continue;  // the consumers neither wait for Q nor for K/V
-      for (int i = 0; i < heads_per_block; ++i, ++item) {
-        const int h = h_first + i;
-        const int hk = h / group;
-        if (item > 0) mbarrier_wait(q_empty, (item - 1) & 1);
-        load_gmma_tile_async<kBM, D, 128, 1, kDataD>(sQ, q_seq + h * p.q_head_stride,
-                                                     p.q_row_stride, tile.r0, seq.q_len);
-        cp_async_arrive(q_full);
-        for (int t = 0; t < tile.walk.count; ++t, ++fill)
-          ring.template produce<D, kDataD>(
-              fill, tile.walk.first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,
-              k_seq + hk * p.k_head_stride, p.k_row_stride, v_map, v_seq + hk * p.v_head_stride,
-              p.v_row_stride);
+    for (int w = 0;; ++w) {
+      publish_next(w);
+      const int64_t index = work_index(w);
+      if (index < 0) break;
+      const BlockWork work = block_work<kBM>(p.cu_seqlens_q, order, index);
+      const int h_first = work.head_group * heads_per_block;
+      const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, work.b);
+      const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
+      const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
+      const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
+      for (int64_t qt = work.first; qt < work.end; ++qt) {
+        const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
+        if (tile.walk.count == 0) continue;  // the consumers neither wait for Q nor for K/V
+        for (int i = 0; i < heads_per_block; ++i, ++item) {
+          const int h = h_first + i;
+          const int hk = h / group;
+          if (item >= kQBuffers) mbarrier_wait(q_empty(item), ((item / kQBuffers) - 1) & 1);
+          load_gmma_tile_async<kBM, D, 128, 1, kDataD>(
+              sQ + (item % kQBuffers) * QTile::kBytes, q_seq + h * p.q_head_stride,
+              p.q_row_stride, tile.r0, seq.q_len);
+          cp_async_arrive(q_full(item));
+          for (int t = 0; t < tile.walk.count; ++t, ++fill)
+            ring.template produce<D, kDataD>(
+                fill, tile.walk.first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,
+                k_seq + hk * p.k_head_stride, p.k_row_stride, v_map,
+                v_seq + hk * p.v_head_stride, p.v_row_stride);
+        }
       }
     }
     return;
@@ -275,7 +357,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float o[D / 2];
   const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
-  const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  // This warpgroup's 64 rows in each column block of the current item's Q.
+  uint32_t q_rows = sQ + wg * 64 * 128;
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
   using RowsOut = std::conditional_t<Cfg::kTmaOut, WarpRowsTmaOut<T, D, kDataD>,
@@ -286,9 +369,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // this thread's rows warp_row + g + 8 * r.
   int64_t m0 = 0, n_first = 0;
   RowVisibility vis;
+  SequenceBounds seq;  // the current work's sequence
+  int item = 0, g0 = 0;  // as the producer counts: Q's hand-overs, the item's first K/V tile
 
   auto release_q = [&] {
-    if (lane == 0) mbarrier_arrive(q_empty);
+    if (lane == 0) mbarrier_arrive(q_empty(item));
   };
   // Turns (kPingPong): consumer c issues its products when named barrier 1 + c lets it, then lets
   // c + 1 (mod the consumers) go. The last consumer lets the first go once before anything, and
@@ -344,14 +429,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             p.window_right)) {
       const int j0 = static_cast<int>(n0) + 2 * qd;
       const int k_len = static_cast<int>(seq.k_len);
+      if constexpr (Cfg::kRowLimitMask) {
+        // Key j0 + k is visible from row r iff lo[r] <= k < hi[r] (clamped to the tile: no
+        // overflow at the bounds' far values).
+        int lo[2], hi[2];
 #pragma unroll
-      for (int i = 0; i < kBN / 8; ++i)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int delta = 8 * (c / 2);
-          const int j = j0 + i * 8 + (c & 1);
-          if (j < vis.begin + delta || j >= vis.end + delta || j >= k_len) s[4 * i + c] = -INFINITY;
+        for (int r = 0; r < 2; ++r) {
+          lo[r] = max(vis.begin + 8 * r, j0) - j0;
+          hi[r] = min(min(vis.end + 8 * r, k_len), j0 + kBN) - j0;
         }
+        if (lo[0] == 0 && lo[1] == 0) {
+#pragma unroll
+          for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+              if (i * 8 + (c & 1) >= hi[c / 2]) s[4 * i + c] = -INFINITY;
+        } else {
+#pragma unroll
+          for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int k = i * 8 + (c & 1);
+              if (k < lo[c / 2] || k >= hi[c / 2]) s[4 * i + c] = -INFINITY;
+            }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kBN / 8; ++i)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int delta = 8 * (c / 2);
+            const int j = j0 + i * 8 + (c & 1);
+            if (j < vis.begin + delta || j >= vis.end + delta || j >= k_len)
+              s[4 * i + c] = -INFINITY;
+          }
+      }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -414,88 +526,95 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
   };
 
-  int item = 0, g0 = 0;  // as the producer counts: Q's hand-overs, the item's first K/V tile
-  for (int64_t qt = work.first; qt < work.end; ++qt) {
-    const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
-    m0 = tile.r0;
-    n_first = tile.walk.first;
-    const int n = tile.walk.count;
-    vis = row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
-    for (int i = 0; i < heads_per_block; ++i) {
-      const int h = h_first + i;
+  for (int w = 0;; ++w) {
+    const int64_t index = work_index(w);
+    if (index < 0) break;
+    const BlockWork work = block_work<kBM>(p.cu_seqlens_q, order, index);
+    const int h_first = work.head_group * heads_per_block;
+    seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, work.b);
+    for (int64_t qt = work.first; qt < work.end; ++qt) {
+      const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
+      m0 = tile.r0;
+      n_first = tile.walk.first;
+      const int n = tile.walk.count;
+      vis = row_visibility(seq, m0 + warp_row + g, p.causal, p.window_left, p.window_right, 32);
+      for (int i = 0; i < heads_per_block; ++i) {
+        const int h = h_first + i;
 #pragma unroll
-      for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
+        for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        row_max[r] = -INFINITY;
-        row_sum[r] = 0.f;
-      }
-      if (n > 0) {
-        mbarrier_wait(q_full, item & 1);
-        // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent path
-        // makes ptxas serialize them all.
-        {
-          float s[kBN / 2], alpha[2];
-          ring.wait_k(g0);
-          begin_turn();
-          issue_s(g0, s);
-          end_turn();
-          wgmma_wait<0>();
-          ring.release_k(g0, lane);
-          if (n == 1) release_q();
-          pin_registers(s);
-          softmax(0, s, alpha);
-          rescale_and_pack(s, alpha);
+        for (int r = 0; r < 2; ++r) {
+          row_max[r] = -INFINITY;
+          row_sum[r] = 0.f;
         }
-        for (int t = 1; t < n; ++t) {
-          float s[kBN / 2], alpha[2];
-          ring.wait_k(g0 + t);
-          ring.wait_v(g0 + t - 1);
-          begin_turn();
-          issue_s(g0 + t, s);
-          issue_pv(g0 + t - 1);
-          end_turn();
-          wgmma_wait<1>();
-          ring.release_k(g0 + t, lane);
-          if (t == n - 1) release_q();
-          pin_registers(s);
-          softmax(t, s, alpha);
+        if (n > 0) {
+          mbarrier_wait(q_full(item), (item / kQBuffers) & 1);
+          q_rows = sQ + (item % kQBuffers) * QTile::kBytes + wg * 64 * 128;
+          // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent
+          // path makes ptxas serialize them all.
+          {
+            float s[kBN / 2], alpha[2];
+            ring.wait_k(g0);
+            begin_turn();
+            issue_s(g0, s);
+            end_turn();
+            wgmma_wait<0>();
+            ring.release_k(g0, lane);
+            if (n == 1) release_q();
+            pin_registers(s);
+            softmax(0, s, alpha);
+            rescale_and_pack(s, alpha);
+          }
+          for (int t = 1; t < n; ++t) {
+            float s[kBN / 2], alpha[2];
+            ring.wait_k(g0 + t);
+            ring.wait_v(g0 + t - 1);
+            begin_turn();
+            issue_s(g0 + t, s);
+            issue_pv(g0 + t - 1);
+            end_turn();
+            wgmma_wait<1>();
+            ring.release_k(g0 + t, lane);
+            if (t == n - 1) release_q();
+            pin_registers(s);
+            softmax(t, s, alpha);
+            wgmma_wait<0>();
+            ring.release_v(g0 + t - 1, lane);
+            rescale_and_pack(s, alpha);
+          }
+          ring.wait_v(g0 + n - 1);
+          pin_registers(o);
+          wgmma_fence();
+          issue_pv(g0 + n - 1);
           wgmma_wait<0>();
-          ring.release_v(g0 + t - 1, lane);
-          rescale_and_pack(s, alpha);
+          pin_registers(o);
+          ring.release_v(g0 + n - 1, lane);
         }
-        ring.wait_v(g0 + n - 1);
-        pin_registers(o);
-        wgmma_fence();
-        issue_pv(g0 + n - 1);
-        wgmma_wait<0>();
-        pin_registers(o);
-        ring.release_v(g0 + n - 1, lane);
-      }
 
-      float inv[2];
+        float inv[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-        const int64_t row = m0 + warp_row + g + 8 * r;
-        if (qd == 0 && p.lse != nullptr && row < seq.q_len)
-          p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-              sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
-      }
-      T* const out_rows = static_cast<T*>(p.out) +
-                          (seq.q_begin + m0 + warp_row) * p.out_row_stride + h * p.out_head_stride;
-      if constexpr (Cfg::kTmaOut)
-        RowsOut::store(o, inv, scratch, out_map, h, static_cast<int>(seq.q_begin + m0 + warp_row),
-                       out_rows, p.out_row_stride, seq.q_len - m0 - warp_row, lane);
-      else
-        RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row,
-                       lane);
-      if (n > 0) {
-        ++item;
-        g0 += n;
+        for (int r = 0; r < 2; ++r) {
+          float sum = row_sum[r];
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+          inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+          const int64_t row = m0 + warp_row + g + 8 * r;
+          if (qd == 0 && p.lse != nullptr && row < seq.q_len)
+            p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+                sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+        }
+        T* const out_rows = static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+                            h * p.out_head_stride;
+        if constexpr (Cfg::kTmaOut)
+          RowsOut::store(o, inv, scratch, out_map, h, static_cast<int>(seq.q_begin + m0 + warp_row),
+                         out_rows, p.out_row_stride, seq.q_len - m0 - warp_row, lane);
+        else
+          RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row,
+                         lane);
+        if (n > 0) {
+          ++item;
+          g0 += n;
+        }
       }
     }
   }
@@ -612,10 +731,12 @@ inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, i
 }
 
 // heads_per_block 0: forward_heads_per_block's choice; otherwise a divisor of p.heads.
+// work_counter: null, or one int32 of device memory for the persistent kernel (zeroed here).
 template <class T, class Cfg>
 void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                                 int heads_per_block = 0,
-                                ForwardOrder order_choice = ForwardOrder::kAuto) {
+                                ForwardOrder order_choice = ForwardOrder::kAuto,
+                                int* work_counter = nullptr) {
   if (slot_count(p.total_q, p.batch, Cfg::kBlockM) <= 0 || p.heads <= 0) return;
   const int sms = multiprocessor_count();
   if (heads_per_block <= 0)
@@ -629,8 +750,12 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
     throw Error("varpack CUDA attention: too many query tiles x heads for one launch (" +
                 std::to_string(order.blocks()) + " blocks of " + std::to_string(Cfg::kBlockM) +
                 " queries); split the batch");
-  const auto kernel = p.softcap > 0.f ? hopper_forward_kernel<T, Cfg, true>
-                                      : hopper_forward_kernel<T, Cfg, false>;
+  const bool persistent = work_counter != nullptr;
+  const auto kernel =
+      p.softcap > 0.f ? (persistent ? hopper_forward_kernel<T, Cfg, true, true>
+                                    : hopper_forward_kernel<T, Cfg, true, false>)
+                      : (persistent ? hopper_forward_kernel<T, Cfg, false, true>
+                                    : hopper_forward_kernel<T, Cfg, false, false>);
   const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (attr != cudaSuccess)
@@ -646,8 +771,16 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
       Cfg::kTmaOut ? head_tile_map(p.out, kBf16, p.total_q, p.heads, Cfg::kDataD,
                                    p.out_row_stride, p.out_head_stride, 16)
                    : CUtensorMap{};
-  kernel<<<static_cast<unsigned>(order.blocks()), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-      p, k_map, v_map, out_map, order, heads_per_block);
+  int64_t grid = order.blocks();
+  if (persistent) {
+    grid = std::min<int64_t>(grid, sms);
+    const cudaError_t zeroed = cudaMemsetAsync(work_counter, 0, sizeof(int), stream);
+    if (zeroed != cudaSuccess)
+      throw Error(std::string("varpack CUDA attention: cannot zero the work counter: ") +
+                  cudaGetErrorString(zeroed));
+  }
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+      p, k_map, v_map, out_map, order, heads_per_block, work_counter);
   check_launch("the Hopper forward kernel");
 }
 
@@ -663,13 +796,40 @@ struct HopperForwardLongD64
     : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
+// Whether the persistent kernel runs a batch (launch_hopper_forward, given a work counter). Its
+// blocks take the next work as each finishes one, which balances works of unequal lengths, but
+// on d128's tiles it loses where they are alike. So d64's two consumers always, d96 and d128 where
+// the sequences' lengths vary widely: their mean (total_q / batch, an upper bound) under 0.6 x
+// max_seqlen_q (mixed lengths, and uniform lengths from 0 to max as in 50-90% padding; not 3-25%).
+// Measured on the H200 (bf16, causal, 16 heads, tile_shapes with the variants interleaved,
+// 2026-12-02 15:50 UTC, two Q buffers, the rule's heads per block), TFLOP/s persistent / a block per
+// work, at 64 x 1k / 16 x 4k / 4 x 16k / mixed lengths 4096..17 / 16 x 4096 at 3% / 10% padding:
+// d128 395.6 / 406.9, 524.5 / 539.7, 581.6 / 593.5, 478.9 / 467.2, 507.3 / 510.9, 495.7 / 498.0
+// (a second round alike); d96 323.4 / 333.0, 432.5 / 440.1, 514.0 / 520.3, 403.0 / 389.1, 437.4 /
+// 439.8, 424.0 / 423.6; d64's two consumers 297.3 / 287.6, 392.8 / 391.4, 421.7 / 418.3, 314.9 /
+// 294.9, 387.2 / 378.5, 369.5 / 359.3. With one head per work it lost everywhere but at mixed
+// lengths (one Q buffer, 15:36 UTC: 64 x 1k 323.0 against 379.2). VARPACK_FORWARD_PERSISTENT=1 or
+// =0 forces it where a counter is given (the tests run both).
+inline bool forward_persistent(const AttentionParams& p, int head_dim) {
+  if (const char* forced = std::getenv("VARPACK_FORWARD_PERSISTENT"))
+    return std::strcmp(forced, "1") == 0;
+  if (head_dim == 64) return true;
+  return p.max_seqlen_q > 0 && 5 * p.total_q < 3 * p.batch * p.max_seqlen_q;
+}
+
+// work_counter: null, or an int32 of device memory that the persistent kernel may use.
 template <class T, int D>
-void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream) {
+void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream,
+                           int* work_counter = nullptr) {
   if constexpr (D == 64) {
+    // Its persistent form is not measured.
     if (p.max_seqlen_q >= kLongD64Queries)
       return launch_hopper_forward_with<T, HopperForwardLongD64>(p, stream);
   }
-  launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream);
+  // Nor is d256's.
+  const bool persistent = D != 256 && work_counter != nullptr && forward_persistent(p, D);
+  launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream, 0, ForwardOrder::kAuto,
+                                                        persistent ? work_counter : nullptr);
 }
 
 }  // namespace varpack::cuda

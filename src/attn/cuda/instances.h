@@ -12,8 +12,9 @@
 
 namespace varpack::cuda {
 
+// workspace: null, or attention_forward_workspace_bytes_cuda bytes of device memory.
 template <class T, int D>
-void run_forward(const AttentionParams& params, cudaStream_t stream);
+void run_forward(const AttentionParams& params, void* workspace, cudaStream_t stream);
 
 template <class T, int D>
 void run_backward(const AttentionBackwardParams& params, void* workspace, cudaStream_t stream);
@@ -33,7 +34,7 @@ inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
 
 #define VARPACK_DECLARE_INSTANCE(T, D)                                                        \
   template <>                                                                                \
-  void run_forward<T, D>(const AttentionParams& params, cudaStream_t stream);                \
+  void run_forward<T, D>(const AttentionParams& params, void* workspace, cudaStream_t stream); \
   template <>                                                                                \
   void run_backward<T, D>(const AttentionBackwardParams& params, void* workspace,            \
                           cudaStream_t stream);

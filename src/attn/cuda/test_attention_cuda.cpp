@@ -161,7 +161,10 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
   g.cu_seqlens_k = static_cast<const int32_t*>(cuk.ptr);
   g.dout = dout.ptr; g.dq = dq.ptr; g.dk = dk.ptr; g.dv = dv.ptr;
   if (cs.gpu_max_seqlen >= 0) g.max_seqlen_q = g.max_seqlen_k = cs.gpu_max_seqlen;
-  varpack::attention_forward_cuda(g, nullptr);
+  // The forward's workspace poisoned: its launcher must zero the work counter itself.
+  Device forward_workspace(varpack::attention_forward_workspace_bytes_cuda(g));
+  CHECK_CUDA(cudaMemset(forward_workspace.ptr, 0xFF, forward_workspace.bytes));
+  varpack::attention_forward_cuda(g, forward_workspace.ptr, nullptr);
   CHECK_CUDA(cudaDeviceSynchronize());
 
   auto fetch = [](const Device& b) {
