@@ -1,7 +1,7 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. A work =
 // one query tile of a few consecutive heads, one head (item) after the other; a block runs one work,
-// or, persistent (given a work counter: forward_persistent says where), one block per
+// or, persistent (given a work counter; not at d256 and in d64's three consumers), one block per
 // multiprocessor takes works from the counter until none is left. The block is warp-specialized,
 // with no block-wide barrier after its start:
 // - a producer warpgroup (few registers, setmaxnreg) loads each item's Q and the K/V tiles: a tile
@@ -43,6 +43,13 @@
 #include "varpack/attention.h"
 
 namespace varpack::cuda {
+
+// A work of the forward (block_work's) with its sequence's bounds: what a persistent block's
+// producer hands to its warps, so that they read no cu_seqlens on their way into the next work.
+struct ForwardWork {
+  BlockWork work;  // work.valid false: no more works
+  SequenceBounds seq;
+};
 
 // OutCols: the output columns staged at a time (WarpRowsOut), fewer than D where shared memory is
 // short. TmaOut: the output stored by the TMA unit (WarpRowsTmaOut; needs OutCols == D). DataD:
@@ -114,11 +121,12 @@ struct HopperForwardTile {
   static constexpr int kBarrierOffset = kOutOffset + 4 * Consumers * kScratchBytes;
   static_assert(!TmaOut || kOutOffset % 1024 == 0,
                 "the swizzled boxes start on 1024-byte boundaries");
-  // Per Q tile full/empty; per stage K and V full/empty; the persistent kernel's two work-id slots
+  // Per Q tile full/empty; per stage K and V full/empty; the persistent kernel's two work slots
   // full/empty.
   static constexpr int kBarriers = 2 * QBuffers + 4 * Stages + 4;
-  static constexpr int kWorkIdOffset = kBarrierOffset + kBarriers * 8;  // two int32 work ids
-  static constexpr int kSmemBytes = 1024 + kWorkIdOffset + 8;
+  static constexpr int kWorkOffset = kBarrierOffset + kBarriers * 8;  // two ForwardWork slots
+  static_assert(kWorkOffset % alignof(ForwardWork) == 0, "aligned work slots");
+  static constexpr int kSmemBytes = 1024 + kWorkOffset + 2 * sizeof(ForwardWork);
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
 
@@ -224,8 +232,8 @@ struct RowPairTree {
 // kPersistent: one block per multiprocessor (the launch's grid), each taking works (the blocks of
 // the launch order, in its order) from work_counter, zeroed before the launch, as it finishes the
 // previous one; without it, work blockIdx.x. A persistent block's producer thread takes the next
-// work once it has issued the loads of the current one, and hands its index to every warp
-// through two shared-memory slots (full / empty mbarriers each).
+// work once it has issued the loads of the current one, and hands it with its sequence's bounds
+// to every warp through two shared-memory slots (full / empty mbarriers each).
 template <class T, class Cfg, bool kSoftcap, bool kPersistent = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
@@ -244,8 +252,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using KvTile = typename Cfg::KvTile;
   extern __shared__ unsigned char smem_raw[];
 
+  // Work `index` with its sequence's bounds (none past the launch order's last).
+  auto work_at = [&](int64_t index) {
+    ForwardWork fw;
+    if (index >= order.blocks()) return fw;
+    fw.work = block_work<kBM>(p.cu_seqlens_q, order, index);
+    if (fw.work.valid) fw.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, fw.work.b);
+    return fw;
+  };
+  ForwardWork first;  // a block's only work (not persistent)
   if constexpr (!kPersistent) {
-    if (!block_work<kBM>(p.cu_seqlens_q, order, blockIdx.x).valid) return;
+    first = work_at(blockIdx.x);
+    if (!first.work.valid) return;
   }
   const int group = p.heads / p.kv_heads;
   // A work's items, one after the other: each of its query tiles (one, but for a rank-0 block
@@ -263,12 +281,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto q_full = [&](int item) { return bars + 8 * (item % kQBuffers); };
   auto q_empty = [&](int item) { return bars + 8 * (kQBuffers + item % kQBuffers); };
   const KvRings<KvTile, kStages> ring{sK, sV, bars + 16 * kQBuffers};
-  // The persistent kernel's work ids: slot w % 2 holds the w-th work's (-1: no more).
+  // The persistent kernel's works: slot w % 2 holds the w-th.
   const uint32_t id_bars = bars + 16 * kQBuffers + 8 * ring.kBarriers;
   auto id_full = [&](int w) { return id_bars + 8 * (w % 2); };
   auto id_empty = [&](int w) { return id_bars + 16 + 8 * (w % 2); };
-  int* const work_ids = reinterpret_cast<int*>(smem_raw + (sQ - smem_addr(smem_raw)) +
-                                               Cfg::kWorkIdOffset);
+  ForwardWork* const slots = reinterpret_cast<ForwardWork*>(
+      smem_raw + (sQ - smem_addr(smem_raw)) + Cfg::kWorkOffset);
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQBuffers; ++b) {
       mbarrier_init(q_full(b), 128);
@@ -283,29 +301,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   }
   __syncthreads();  // the barriers are initialized
-  // The w-th work's index, by every thread (the producer's thread 0 has published it); -1: none.
-  auto work_index = [&](int w) -> int64_t {
+  // The w-th work, by every thread (the producer's thread 0 has published it).
+  auto work_number = [&](int w) -> ForwardWork {
     if constexpr (!kPersistent) {
-      return w == 0 ? static_cast<int64_t>(blockIdx.x) : -1;
+      if (w > 0) first.work.valid = false;
+      return first;
     } else {
       mbarrier_wait(id_full(w), (w / 2) & 1);
-      const int id = *reinterpret_cast<volatile int*>(work_ids + w % 2);
+      const ForwardWork fw = slots[w % 2];
       __syncwarp();
       if (threadIdx.x % 32 == 0) mbarrier_arrive(id_empty(w));
-      return id;
+      return fw;
     }
   };
-  // The producer's thread 0: the next valid work's index from the counter into slot w % 2.
-  int64_t taken = blockIdx.x;  // the last index taken (thread 0 of a persistent block)
+  // The producer's thread 0: the next valid work from the counter into slot w % 2.
   auto publish_next = [&](int w) {
     if constexpr (kPersistent) {
       if (threadIdx.x != 0) return;
-      if (w > 0) taken = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
-      while (taken < order.blocks() && !block_work<kBM>(p.cu_seqlens_q, order, taken).valid)
-        taken = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
+      int64_t index = w == 0 ? static_cast<int64_t>(blockIdx.x)
+                             : atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
+      ForwardWork fw = work_at(index);
+      while (!fw.work.valid && index < order.blocks()) {
+        index = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
+        fw = work_at(index);
+      }
       if (w >= 2) mbarrier_wait(id_empty(w), ((w / 2) - 1) & 1);
-      *reinterpret_cast<volatile int*>(work_ids + w % 2) =
-          taken < order.blocks() ? static_cast<int>(taken) : -1;
+      slots[w % 2] = fw;
       mbarrier_arrive(id_full(w));
     }
   };
@@ -315,16 +336,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int item = 0, fill = 0;  // Q's hand-overs so far, K/V tiles so far
     for (int w = 0;; ++w) {
       publish_next(w);
-      const int64_t index = work_index(w);
-      if (index < 0) break;
-      const BlockWork work = block_work<kBM>(p.cu_seqlens_q, order, index);
+      const ForwardWork fw = work_number(w);
+      if (!fw.work.valid) break;
+      const BlockWork& work = fw.work;
+      const SequenceBounds& seq = fw.seq;
       const int h_first = work.head_group * heads_per_block;
-      const SequenceBounds seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, work.b);
       const T* q_seq = static_cast<const T*>(p.q) + seq.q_begin * p.q_row_stride;
       const T* k_seq = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride;
       const T* v_seq = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride;
       for (int64_t qt = work.first; qt < work.end; ++qt) {
-        const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
+        const BlockTile tile = query_tile_in<kBM, kBN>(p, seq, qt);
         if (tile.walk.count == 0) continue;  // the consumers neither wait for Q nor for K/V
         for (int i = 0; i < heads_per_block; ++i, ++item) {
           const int h = h_first + i;
@@ -527,13 +548,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   for (int w = 0;; ++w) {
-    const int64_t index = work_index(w);
-    if (index < 0) break;
-    const BlockWork work = block_work<kBM>(p.cu_seqlens_q, order, index);
+    const ForwardWork fw = work_number(w);
+    if (!fw.work.valid) break;
+    const BlockWork& work = fw.work;
     const int h_first = work.head_group * heads_per_block;
-    seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, work.b);
+    seq = fw.seq;
     for (int64_t qt = work.first; qt < work.end; ++qt) {
-      const BlockTile tile = query_tile<kBM, kBN>(p, TileSlot{work.b, qt, true});
+      const BlockTile tile = query_tile_in<kBM, kBN>(p, seq, qt);
       m0 = tile.r0;
       n_first = tile.walk.first;
       const int n = tile.walk.count;
@@ -796,25 +817,22 @@ struct HopperForwardLongD64
     : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
-// Whether the persistent kernel runs a batch (launch_hopper_forward, given a work counter). Its
-// blocks take the next work as each finishes one, which balances works of unequal lengths, but
-// on d128's tiles it loses where they are alike. So d64's two consumers always, d96 and d128 where
-// the sequences' lengths vary widely: their mean (total_q / batch, an upper bound) under 0.6 x
-// max_seqlen_q (mixed lengths, and uniform lengths from 0 to max as in 50-90% padding; not 3-25%).
-// Measured on the H200 (bf16, causal, 16 heads, tile_shapes with the variants interleaved,
-// 2026-12-02 15:50 UTC, two Q buffers, the rule's heads per block), TFLOP/s persistent / a block per
-// work, at 64 x 1k / 16 x 4k / 4 x 16k / mixed lengths 4096..17 / 16 x 4096 at 3% / 10% padding:
-// d128 395.6 / 406.9, 524.5 / 539.7, 581.6 / 593.5, 478.9 / 467.2, 507.3 / 510.9, 495.7 / 498.0
-// (a second round alike); d96 323.4 / 333.0, 432.5 / 440.1, 514.0 / 520.3, 403.0 / 389.1, 437.4 /
-// 439.8, 424.0 / 423.6; d64's two consumers 297.3 / 287.6, 392.8 / 391.4, 421.7 / 418.3, 314.9 /
-// 294.9, 387.2 / 378.5, 369.5 / 359.3. With one head per work it lost everywhere but at mixed
-// lengths (one Q buffer, 15:36 UTC: 64 x 1k 323.0 against 379.2). VARPACK_FORWARD_PERSISTENT=1 or
-// =0 forces it where a counter is given (the tests run both).
-inline bool forward_persistent(const AttentionParams& p, int head_dim) {
-  if (const char* forced = std::getenv("VARPACK_FORWARD_PERSISTENT"))
-    return std::strcmp(forced, "1") == 0;
-  if (head_dim == 64) return true;
-  return p.max_seqlen_q > 0 && 5 * p.total_q < 3 * p.batch * p.max_seqlen_q;
+// Whether the persistent kernel runs a batch, given a work counter (launch_hopper_forward): yes,
+// but where VARPACK_FORWARD_PERSISTENT=0 (the tests run both). Measured on the H200 (bf16, causal,
+// 16 heads, tile_shapes with the variants interleaved, 2026-12-02 16:18 UTC, two rounds at d128),
+// TFLOP/s persistent / a block per work at 64 x 1k / 16 x 4k / 4 x 16k / mixed lengths 4096..17 /
+// 16 x 4096 at 3% / 10% / 50% padding: d128 439.9 / 414.4, 548.6 / 536.0, 606.7 / 599.8, 506.6 /
+// 464.9, 528.3 / 505.5, 536.2 / 510.5, 499.4 / 447.4 (second round 460.8 / 441.4, 546.5 / 528.7,
+// 606.9 / 599.1, 511.5 / 468.1, 537.7 / 518.3, 525.4 / 498.9, 509.2 / 456.2); d96 355.1 / 339.8,
+// 451.0 / 445.1, 528.7 / 532.6, 426.8 / 396.0, 460.9 / 445.1, 445.7 / 429.6, 406.4 / 367.3; d64's
+// two consumers 305.1 / 288.2, 400.6 / 401.4, 428.9 / 427.7, 327.8 / 300.1, 387.5 / 375.6, 382.9
+// / 368.5, 333.3 / 294.8. (Its first form, 15:50 UTC, lost 2-3% on sequences of one length at
+// d128: its warps read each work's cu_seqlens themselves on their way into it, and its producer
+// spilled in its per-tile loop; a work's bounds now come with it.) With one head per work it lost
+// everywhere but at mixed lengths (one Q buffer, 15:36 UTC: 64 x 1k 323.0 against 379.2).
+inline bool forward_persistent() {
+  const char* forced = std::getenv("VARPACK_FORWARD_PERSISTENT");
+  return forced == nullptr || std::strcmp(forced, "0") != 0;
 }
 
 // work_counter: null, or an int32 of device memory that the persistent kernel may use.
@@ -827,7 +845,7 @@ void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream,
       return launch_hopper_forward_with<T, HopperForwardLongD64>(p, stream);
   }
   // Nor is d256's.
-  const bool persistent = D != 256 && work_counter != nullptr && forward_persistent(p, D);
+  const bool persistent = D != 256 && work_counter != nullptr && forward_persistent();
   launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream, 0, ForwardOrder::kAuto,
                                                         persistent ? work_counter : nullptr);
 }

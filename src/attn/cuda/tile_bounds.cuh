@@ -181,17 +181,25 @@ struct BlockTile {
   TileWalk walk;
 };
 
-// The query tile of kBM rows in `slot` (find_slot over cu_seqlens_q) and the kBN-key tiles it
+// The query tile `block` (of kBM rows) of a sequence with bounds `seq`, and the kBN-key tiles it
 // sees. Params: AttentionParams or AttentionBackwardParams.
 template <int kBM, int kBN, class Params>
-VARPACK_HOST_DEVICE BlockTile query_tile(const Params& p, const TileSlot& slot) {
+VARPACK_HOST_DEVICE BlockTile query_tile_in(const Params& p, const SequenceBounds& seq,
+                                            int64_t block) {
   BlockTile t;
-  t.seq = SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b);
-  t.r0 = slot.block * kBM;
+  t.seq = seq;
+  t.r0 = block * kBM;
   t.r1 = t.r0 + kBM < t.seq.q_len ? t.r0 + kBM : t.seq.q_len;
   t.walk = tiles_over(keys_for_queries(t.seq, t.r0, t.r1, p.causal, p.window_left, p.window_right),
                       kBN);
   return t;
+}
+
+// The same for the query tile in `slot` (find_slot over cu_seqlens_q).
+template <int kBM, int kBN, class Params>
+VARPACK_HOST_DEVICE BlockTile query_tile(const Params& p, const TileSlot& slot) {
+  return query_tile_in<kBM, kBN>(p, SequenceBounds::of(p.cu_seqlens_q, p.cu_seqlens_k, slot.b),
+                                 slot.block);
 }
 
 // The key tile of kBN rows in `slot` (find_slot over cu_seqlens_k) and the kBM-query tiles that

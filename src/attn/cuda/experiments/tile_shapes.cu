@@ -113,12 +113,13 @@ int main(int argc, char** argv) {
       {"wgmma det bwd, dK/dV pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, true>>(p, ws, nullptr); }, false, 128},
       // Head dim 64.
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 (lib below 4096 queries)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, forward_persistent(p, 64) ? work_counter : nullptr); }, true, 64},
+      {"wgmma fwd d64 (lib below 4096 queries)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, false, 2, true>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
+      {"wgmma fwd d64 3 consumers persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 3 consumers (lib past 4096)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, false, true, 2, true>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, true, true, true, 2, true>>(p, nullptr); }, true, 64},
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
       {"wgmma fwd d256 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, false>>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr); }, true, 256},
