@@ -10,7 +10,8 @@
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
-#   by sequence, then VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths, and the
+#   by sequence, with the forward's block per work instead of its persistent kernel, then
+#   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths, and the
 #   CPU operator's tests once); bench:
 #   both benchmarks (the standalone one on both kernel paths) and the kernel-by-kernel trace of one
 #   torch step (bench/cuda/trace_step.py), then the host time per call (bench/host_overhead.py);
@@ -108,8 +109,6 @@ if [[ $want == *" test "* ]]; then
     VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
     VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=sequence step tests.log standalone_by_sequence \
       120 build-gpu/test_attention_cuda &&
-    VARPACK_FORWARD_PERSISTENT=1 step tests.log standalone_persistent 120 \
-      build-gpu/test_attention_cuda &&
     VARPACK_FORWARD_PERSISTENT=0 step tests.log standalone_not_persistent 120 \
       build-gpu/test_attention_cuda
   [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ] &&
@@ -181,11 +180,12 @@ if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
     VARPACK_LAUNCH_ORDER=$order step tests.log "racecheck_$order" "${SANITIZE_S:-150}" \
       compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
   done
-  # The persistent forward (its work hand-over between blocks' warps) on the same cases.
-  export VARPACK_FORWARD_PERSISTENT=1
-  step tests.log memcheck_persistent "${SANITIZE_S:-120}" \
+  # The forward with a block per work (the test passes a workspace, so the persistent kernel runs
+  # above) on the same cases.
+  export VARPACK_FORWARD_PERSISTENT=0
+  step tests.log memcheck_block_per_work "${SANITIZE_S:-120}" \
     compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
-  step tests.log racecheck_persistent "${SANITIZE_S:-150}" \
+  step tests.log racecheck_block_per_work "${SANITIZE_S:-150}" \
     compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
   unset VARPACK_HEADS_PER_BLOCK VARPACK_FORWARD_PERSISTENT
 fi

@@ -1,8 +1,8 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. A work =
-// one query tile of a few consecutive heads, one head (item) after the other; a block runs one work,
-// or, persistent (given a work counter; not at d256 and in d64's three consumers), one block per
-// multiprocessor takes works from the counter until none is left. The block is warp-specialized,
+// one query tile of a few consecutive heads, one head (item) after the other; a block runs one
+// work, or, persistent (given a work counter; not at d256 and in d64's three consumers), one block
+// per multiprocessor takes works from the counter until none is left. The block is warp-specialized,
 // with no block-wide barrier after its start:
 // - a producer warpgroup (few registers, setmaxnreg) loads each item's Q and the K/V tiles: a tile
 //   wholly inside the sequence by the TMA unit, a sequence's partial last tile (and Q) by cp.async
@@ -624,7 +624,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             p.lse[h * p.lse_head_stride + seq.q_begin + row] =
                 sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
         }
-        T* const out_rows = static_cast<T*>(p.out) + (seq.q_begin + m0 + warp_row) * p.out_row_stride +
+        T* const out_rows = static_cast<T*>(p.out) +
+                            (seq.q_begin + m0 + warp_row) * p.out_row_stride +
                             h * p.out_head_stride;
         if constexpr (Cfg::kTmaOut)
           RowsOut::store(o, inv, scratch, out_map, h, static_cast<int>(seq.q_begin + m0 + warp_row),
