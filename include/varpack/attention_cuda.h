@@ -20,7 +20,7 @@ void check_attention_params_cuda(const AttentionParams& params);
 
 // Bytes of device workspace attention_forward_cuda can use (a work counter: with it, the Hopper
 // kernel runs as one block per multiprocessor, each taking the next query tile as it finishes
-// one, at head dims 64, 96 and 128; d64 from 4096 queries, d256 and the sm_80 kernels ignore it).
+// one, at every head dim; the sm_80 kernels ignore it).
 size_t attention_forward_workspace_bytes_cuda(const AttentionParams& params);
 
 // out and lse (when non-null) for every query row in a sequence; rows past cu_seqlens_q[batch]

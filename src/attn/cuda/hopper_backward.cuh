@@ -195,7 +195,17 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, fal
 // the reducing warps released the dQ buffers it delayed the first hand-off, -6% at 64 x 1k. Tried
 // on 2026-12-02 14:15 UTC (tile_shapes, two rounds), not kept: dK and dV stored by the TMA unit as
 // the forward's output is (WarpRowsTmaOut, staged in K's and V's tiles), d128 and d96 -1.2 to
-// +0.2%, d64 -3 to -4%.
+// +0.2%, d64 -3 to -4%. Tried on 2026-12-02 17:25-17:45 UTC (tile_shapes, interleaved with a
+// block per work in one binary), not kept: a persistent atomic kernel (branch
+// wip/persistent-backward: a block per multiprocessor taking works from a counter zeroed by the
+// Delta pass, the producer's thread handing each work to the warps through shared memory, K and V
+// by the TMA unit and every query tile through one ring, so that the next work's search and first
+// tile ran under the current one; dK and dV staged in the dQ buffers, so that the next K and V
+// loaded during the epilogue), TFLOP/s persistent / a block per work at 64 x 1k / 16 x 4k / 4 x
+// 16k / mixed / 10% / 50% padding: d128 309.4 / 311.4, 449.4 / 456.1, 511.6 / 530.0, 414.1 /
+// 423.4, 432.7 / 441.0, 403.4 / 412.2; d96 -0.4 to -2.3%; d64 +8.6% at 64 x 1k, -0.3 to -3.7%
+// elsewhere. Its tile loop read the work's bounds from shared memory and reloaded 5 spilled
+// registers per tile (the block per work: none), which cost more than the hidden starts gained.
 template <int D>
 struct HopperAtomicBackwardConfig;
 template <>

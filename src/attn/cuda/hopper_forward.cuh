@@ -1,9 +1,9 @@
 // Varlen attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a); the same
 // algorithm, masks and outputs as forward_kernel.cuh (the sm_80 path), on larger tiles. A work =
 // one query tile of a few consecutive heads, one head (item) after the other; a block runs one
-// work, or, persistent (given a work counter; not at d256 and in d64's three consumers), one block
-// per multiprocessor takes works from the counter until none is left. The block is warp-specialized,
-// with no block-wide barrier after its start:
+// work, or, persistent (given a work counter), one block per multiprocessor takes works from the
+// counter until none is left. The block is warp-specialized, with no block-wide barrier after its
+// start:
 // - a producer warpgroup (few registers, setmaxnreg) loads each item's Q and the K/V tiles: a tile
 //   wholly inside the sequence by the TMA unit, a sequence's partial last tile (and Q) by cp.async
 //   from its 128 threads, which zero-fills the rows past the sequence's end (nothing past it is
@@ -830,7 +830,14 @@ inline constexpr int64_t kLongD64Queries = 4096;
 // / 368.5, 333.3 / 294.8. (Its first form, 15:50 UTC, lost 2-3% on sequences of one length at
 // d128: its warps read each work's cu_seqlens themselves on their way into it, and its producer
 // spilled in its per-tile loop; a work's bounds now come with it.) With one head per work it lost
-// everywhere but at mixed lengths (one Q buffer, 15:36 UTC: 64 x 1k 323.0 against 379.2).
+// everywhere but at mixed lengths (one Q buffer, 15:36 UTC: 64 x 1k 323.0 against 379.2); with
+// fdbb197's kernel (2026-12-02 17:45 UTC, d128, persistent, heads per work by
+// forward_heads_per_block's rule / 1 / 2 / 4) 468.3 / 412.1 / 445.6 / 469.0 at 64 x 1k, 556.7 /
+// 526.4 / 547.1 / 556.3 at 16 x 4k, 608.6 / 602.3 / 606.1 / 607.9 at 4 x 16k, 515.7 / 517.1 /
+// 491.4 / 429.5 at mixed lengths, 526.6 / 502.2 / 524.6 / 514.8 at 10% padding: the rule stays.
+// d64's three consumers and d256, the same call, persistent / a block per work: 249.3 / 223.8,
+// 416.0 / 398.3, 485.0 / 470.7, 321.0 / 293.5, 414.4 / 395.7 (d64) and 448.9 / 447.1, 632.7 /
+// 619.9, 679.0 / 681.4, 562.9 / 541.4, 593.4 / 582.7 (d256).
 inline bool forward_persistent() {
   const char* forced = std::getenv("VARPACK_FORWARD_PERSISTENT");
   return forced == nullptr || std::strcmp(forced, "0") != 0;
@@ -840,13 +847,12 @@ inline bool forward_persistent() {
 template <class T, int D>
 void launch_hopper_forward(const AttentionParams& p, cudaStream_t stream,
                            int* work_counter = nullptr) {
+  const bool persistent = work_counter != nullptr && forward_persistent();
   if constexpr (D == 64) {
-    // Its persistent form is not measured.
     if (p.max_seqlen_q >= kLongD64Queries)
-      return launch_hopper_forward_with<T, HopperForwardLongD64>(p, stream);
+      return launch_hopper_forward_with<T, HopperForwardLongD64>(
+          p, stream, 0, ForwardOrder::kAuto, persistent ? work_counter : nullptr);
   }
-  // Nor is d256's.
-  const bool persistent = D != 256 && work_counter != nullptr && forward_persistent();
   launch_hopper_forward_with<T, HopperForwardConfig<D>>(p, stream, 0, ForwardOrder::kAuto,
                                                         persistent ? work_counter : nullptr);
 }
