@@ -205,7 +205,11 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, fal
 // 16k / mixed / 10% / 50% padding: d128 309.4 / 311.4, 449.4 / 456.1, 511.6 / 530.0, 414.1 /
 // 423.4, 432.7 / 441.0, 403.4 / 412.2; d96 -0.4 to -2.3%; d64 +8.6% at 64 x 1k, -0.3 to -3.7%
 // elsewhere. Its tile loop read the work's bounds from shared memory and reloaded 5 spilled
-// registers per tile (the block per work: none), which cost more than the hidden starts gained.
+// registers per tile (the block per work: none). Without the spills (one running iteration
+// number in the loop, the dS^T store addresses made per tile: 757 instructions a tile against the
+// block per work's 725; 18:10 UTC, two rounds): d128 +2.1 / +3.8% at 64 x 1k, +0.7 / -0.3% at 16
+// x 4k, -1.8 / -2.1% at 4 x 16k, -0.5 to -0.9% at mixed lengths and 10% / 50% padding; d96 -0.8
+// to -2.5%; d64 -7 to -10% from 4k (its loop then spilled).
 template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
