@@ -13,8 +13,10 @@
 #   by sequence, with the forward's block per work instead of its persistent kernel, then
 #   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths, and the
 #   CPU operator's tests once); bench:
-#   both benchmarks (the standalone one on both kernel paths) and the kernel-by-kernel trace of one
-#   torch step (bench/cuda/trace_step.py), then the host time per call (bench/host_overhead.py);
+#   both benchmarks (the standalone one on both kernel paths; the clock and power sampled during
+#   the peers', at the end of bench_peers.log), the kernel-by-kernel trace of one torch step of
+#   varpack and of cuDNN at 16 x 4k and 64 x 1k (bench/cuda/trace_step.py), then the host time
+#   per call (bench/host_overhead.py);
 #   sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
@@ -159,10 +161,22 @@ if [[ $want == *" bench "* ]]; then
   [ -x build-gpu/bench_attention_cuda ] &&
     step bench.log bench_standalone 120 build-gpu/bench_attention_cuda 20 &&
     VARPACK_CUDA_KERNELS=mma step bench.log bench_mma 120 build-gpu/bench_attention_cuda 20
+  # The clock, power and throttle reasons while the peers run (they run at the power cap).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 500 >"$out/.clocks" 2>&1 &
+  smi_pid=$!
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
-  [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log trace_step 120 python3 \
-    bench/cuda/trace_step.py
+  kill $smi_pid 2>/dev/null
+  { echo "==== clocks during bench_peers"; cat "$out/.clocks"; } >>"$out/bench_peers.log"
+  rm -f "$out/.clocks"
+  # One step kernel by kernel, varpack's and then cuDNN's (padded) at 16 x 4k and 64 x 1k.
+  for impl in varpack cudnn; do
+    for shape in "--rows 16 --len 4096" "--rows 64 --len 1024"; do
+      [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log trace_step 120 python3 \
+        bench/cuda/trace_step.py --impl $impl $shape --steps 10
+    done
+  done
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log host_overhead 60 python3 \
     bench/host_overhead.py --device cuda
 fi

@@ -10,12 +10,16 @@ keys at 4 x 16k, and a score softcap of 30; a peer that lacks an option is left 
 point. At 16 x 4k varpack's deterministic backward is timed too ("varpack deterministic", not a
 peer). Times are medians of CUDA-event timings after warm-up, with every repetition queued before
 the host waits (as in training, the host's per-call time is hidden; --sync-each-rep counts it, as
-this script did until 2026-12-01); useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2
+this script did until 2026-12-01). Every implementation of a point is timed once per round, in
+turn, for --rounds rounds (5), and the table keeps the median of its rounds: the H200 runs at its
+power cap in these kernels and its clock moves from second to second, so one timing of each, one
+after the other, put varpack's d256 forward at 1.02x-1.22x cuDNN's from one table to the next, and
+within one call its five rounds read 3.37-4.20 ms (2026-12-02). Useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2
 forward (with a window: 4*H*D times the visible pairs), 2.5x that backward (backward time =
 forward+backward time - forward time).
 
 Run: python bench/cuda/bench_attention_gpu.py [--out table.md] [--reps 20] [--no-flex]
-[--sync-each-rep]
+[--sync-each-rep] [--rounds 5] [--only "64 x 1k,d256"]
 """
 
 from __future__ import annotations
@@ -163,6 +167,11 @@ def main():
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--sync-each-rep", action="store_true",
                     help="wait for each repetition, so the host's time per call counts too")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="time every implementation of a point this many times, in turn, and keep "
+                         "the median of each one's medians (drift of the GPU's clock evens out)")
+    ap.add_argument("--only", default=None,
+                    help="only the points whose name holds one of these comma-separated parts")
     args = ap.parse_args()
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -179,6 +188,8 @@ def main():
     print(f"device: {dev}; torch {torch.__version__}; varlen_attn: {varlen_attn is not None}")
     rows = []
     for pt in points():
+        if args.only and not any(part in pt.name for part in args.only.split(",")):
+            continue
         name, lens, row, d = pt.name, pt.lens, pt.row, pt.d
         total = sum(lens)
         flops = pt.flops()
@@ -189,14 +200,13 @@ def main():
         k, v = (torch.randn(total, pt.kv_heads, d, device=DEV, dtype=DT, requires_grad=True)
                 for _ in range(2))
         dout = torch.randn(total, H, d, device=DEV, dtype=DT)
-        res = {}
+        # Every implementation of the point, timed after all are set up: in --rounds rounds, each
+        # implementation once per round, so that a drift of the GPU's clock or temperature over
+        # the point's time reaches them all alike.
+        candidates = []
 
         def attempt(label, fn, inputs, grad):
-            # A peer that cannot run this point (an option it lacks, a shape it refuses) is left out.
-            try:
-                res[label] = measure(fn, inputs, grad, args.reps, args.sync_each_rep)
-            except Exception as e:  # noqa: BLE001 - report and go on with the other implementations
-                print(f"{label} failed at {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            candidates.append((label, fn, inputs, grad))
 
         window = (pt.window, 0) if pt.window >= 0 else (-1, -1)
         attempt("varpack", lambda q, k, v: varpack.flash_attn_varlen_func(
@@ -218,10 +228,11 @@ def main():
             gqa = {"enable_gqa": True} if pt.kv_heads != H else {}
             for label, backend in (("cuDNN SDPA padded", SDPBackend.CUDNN_ATTENTION),
                                    ("FA2 SDPA padded", SDPBackend.FLASH_ATTENTION)):
-                with sdpa_kernel(backend):
-                    attempt(label, lambda q, k, v: F.scaled_dot_product_attention(
-                        q, k, v, is_causal=True, **gqa), (qp, kp, vp), dp)
-            del qp, kp, vp, dp
+                def padded_sdpa(q, k, v, backend=backend):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+
+                attempt(label, padded_sdpa, (qp, kp, vp), dp)
         if flex is not None and d == 128:
             try:
                 flex_fn, create_block_mask = flex
@@ -250,9 +261,31 @@ def main():
                            "score_mod": softcap if cap > 0 else None}
                 attempt("Flex doc mask", lambda q, k, v: flex_fn(q, k, v, **options),
                         (qf, kf, vf), dfl)
-                del qf, kf, vf, dfl
             except Exception as e:  # noqa: BLE001
                 print(f"Flex failed at {name}: {e}", file=sys.stderr)
+        timings = {}
+        for round_no in range(args.rounds):
+            # Each round starts one implementation later, so that none is always the one timed
+            # right after the heaviest (under the H200's power cap the clock moved between 1755
+            # and 1980 MHz from second to second, 2026-12-02).
+            turn = round_no % len(candidates)
+            for label, fn, inputs, grad in candidates[turn:] + candidates[:turn]:
+                if round_no > 0 and label not in timings:
+                    continue  # it failed in the first round
+                # A peer that cannot run this point (an option it lacks, a shape it refuses) is
+                # left out.
+                try:
+                    timing = measure(fn, inputs, grad, args.reps, args.sync_each_rep)
+                    timings.setdefault(label, []).append(timing)
+                except Exception as e:  # noqa: BLE001 - report and go on with the others
+                    print(f"{label} failed at {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        res = {label: (statistics.median(f for f, _ in ts), statistics.median(b for _, b in ts))
+               for label, ts in timings.items()}
+        if args.rounds > 1:  # the spread the medians hide
+            for label, ts in timings.items():
+                print(f"{name} | {label} | fwd ms by round " + " ".join(f"{f:.3f}" for f, _ in ts)
+                      + " | fwd+bwd " + " ".join(f"{b:.3f}" for _, b in ts))
+        del candidates
         for peer, (fwd, both) in res.items():
             bwd = both - fwd
             rows.append((name, peer, fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9,

@@ -12,6 +12,7 @@ the first kernel's start to the last one's end: a kernel that only the torch pat
 kernels running slower there, or the GPU waiting between them.
 
 Run: python bench/cuda/trace_step.py [--rows 16] [--len 4096] [--d 128] [--steps 20]
+[--impl varpack|cudnn]
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 from collections import defaultdict
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, schedule
 
 import varpack
@@ -34,6 +37,9 @@ def main():
     ap.add_argument("--d", type=int, default=128, help="head dim: 64, 96, 128 or 256")
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--steps", type=int, default=20, help="steps timed, then steps profiled")
+    ap.add_argument("--impl", choices=("varpack", "cudnn"), default="varpack",
+                    help="cudnn: the peer, SDPA's cuDNN backend on the padded batch (rows x heads "
+                         "x len x d), to see its kernels beside varpack's")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("trace_step.py: no CUDA device; it times varpack's GPU kernels (run it on the GPU "
@@ -41,21 +47,27 @@ def main():
 
     total = args.rows * args.len
     cu = torch.arange(0, total + 1, args.len, dtype=torch.int32, device="cuda")
-    q, k, v = (torch.randn(total, args.heads, args.d, device="cuda", dtype=torch.bfloat16,
-                           requires_grad=True) for _ in range(3))
+    shape = (total, args.heads, args.d) if args.impl == "varpack" else \
+        (args.rows, args.heads, args.len, args.d)
+    q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
     dout = torch.randn_like(q)
+
+    def attention():
+        if args.impl == "varpack":
+            return varpack.flash_attn_varlen_func(q, k, v, cu, cu, args.len, args.len, causal=True)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def step():
         for t in (q, k, v):
             t.grad = None
-        varpack.flash_attn_varlen_func(q, k, v, cu, cu, args.len, args.len,
-                                       causal=True).backward(dout)
+        attention().backward(dout)
 
     # As bench_attention_gpu.py times (its own function): an event pair per repetition, all
     # queued, the median, after warm-up.
     with torch.no_grad():
-        forward_ms = median_ms(lambda: varpack.flash_attn_varlen_func(
-            q, k, v, cu, cu, args.len, args.len, causal=True), args.steps)
+        forward_ms = median_ms(attention, args.steps)
     step_ms = median_ms(step, args.steps)
     # The profiler's first step pays its own start-up (a ~1 ms gap): recorded steps follow one
     # warm-up step, finished before they start (else its last kernel is counted with them), and
@@ -75,7 +87,7 @@ def main():
     for e in kernels:
         times[e.name].append(e.device_time)  # microseconds
     first_start, last_end = kernels[0].time_range.start, kernels[-1].time_range.end
-    print(f"{args.rows} x {args.len}, d{args.d}, {args.heads} heads: {args.steps} steps")
+    print(f"{args.impl}: {args.rows} x {args.len}, d{args.d}, {args.heads} heads: {args.steps} steps")
     print(f"{'count':>6} {'mean us':>10} {'total us/step':>14}  name")
     per_step = 0.0
     for name, ts in sorted(times.items(), key=lambda kv: -sum(kv[1])):
