@@ -2,9 +2,9 @@
 """The main loop of a CUDA kernel in its SASS: static instruction mix and local-memory traffic.
 
 For reading what ptxas made of a kernel without a GPU (the counts quoted in bench/results/cuda.md,
-e.g. "the d128 atomic backward's loop 1,087 -> 921 instructions"). The loop is the shortest
-backward branch's range that holds at least half of the kernel's wgmma instructions (HGMMA); in
-it, every LDL/STL (spill or local array) is listed with the source line it came from.
+e.g. "the d128 atomic backward's loop 1,087 -> 921 instructions"). The loop is the innermost
+backward branch's range with the most wgmma instructions (HGMMA); in it, every LDL/STL (spill or
+local array) is listed with the source line it came from.
 
 Input: nvdisasm's output for one compiled instance file, with line info. nvdisasm and cuobjdump
 are not part of the CUDA toolkit here; PyPI carries them (nvidia-cuda-nvdisasm,
@@ -54,17 +54,24 @@ def instructions(body):
 
 
 def main_loop(code, labels):
-    """The shortest backward branch's (start, end) holding half of the HGMMA instructions."""
+    """(start, end) of the innermost backward branch's range with the most HGMMA instructions
+    (innermost: holding no shorter such range; a kernel's first tile peeled off its loop puts
+    wgmma instructions outside it too)."""
     hgmma = [a for a, text, _ in code if "HGMMA" in text]
     loops = []
     for address, text, _ in code:
         m = re.search(r"BRA.*?(\.L_x_\d+)", text)
         if m and labels.get(m.group(1), address + 1) < address:
-            loops.append((labels[m.group(1)], address))
-    for start, end in sorted(loops, key=lambda loop: loop[1] - loop[0]):
-        if sum(start <= a <= end for a in hgmma) * 2 >= max(len(hgmma), 1):
-            return start, end
-    return None
+            start = labels[m.group(1)]
+            count = sum(start <= a <= address for a in hgmma)
+            if count:
+                loops.append((start, address, count))
+    innermost = [(s, e, n) for s, e, n in loops
+                 if not any(s <= s2 and e2 <= e and (s2, e2) != (s, e) for s2, e2, _ in loops)]
+    if not innermost:
+        return None
+    start, end, _ = max(innermost, key=lambda loop: (loop[2], loop[0] - loop[1]))
+    return start, end
 
 
 def opcode(text):

@@ -209,7 +209,13 @@ struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, fal
 // number in the loop, the dS^T store addresses made per tile: 757 instructions a tile against the
 // block per work's 725; 18:10 UTC, two rounds): d128 +2.1 / +3.8% at 64 x 1k, +0.7 / -0.3% at 16
 // x 4k, -1.8 / -2.1% at 4 x 16k, -0.5 to -0.9% at mixed lengths and 10% / 50% padding; d96 -0.8
-// to -2.5%; d64 -7 to -10% from 4k (its loop then spilled).
+// to -2.5%; d64 -7 to -10% from 4k (its loop then spilled). Tried on 2026-12-02 19:55 UTC
+// (tile_shapes, two rounds, interleaved), not kept: the first query tile peeled off the loop, and
+// where it sees none of the second warpgroup's keys (every causal block's diagonal tile) that
+// warpgroup skipping it while the first computes the tile's whole dQ from its own keys (branch
+// wip/skip-dead-first; no spills in the loop, 745 instructions): d128 +1.3% at 64 x 1k (309.4 /
+// 311.4 against 305.3 / 307.1 TFLOP/s), -0.6% at 16 x 4k, -1.5% at 4 x 16k, -0.5% at mixed lengths
+// and 10% padding; d96 +1.1 / +1.5% at 64 x 1k, -1 to -3% from 4k.
 template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
