@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import os
 import random
 import statistics
 import sys
@@ -312,9 +313,11 @@ def main():
                      f"{pb[1]} {pb[6]:.3f} ms | {mine[0][6] / pb[6]:.2f}x |")
     table = "\n".join(lines)
     print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(f"device: {dev}; torch {torch.__version__}\n\n{table}\n")
+    if args.out:  # whole or not at all: written aside, then renamed over it
+        with open(args.out + ".tmp", "w") as f:
+            f.write(f"device: {dev}; torch {torch.__version__}; the median of {args.rounds} "
+                    f"rounds per implementation and point\n\n{table}\n")
+        os.replace(args.out + ".tmp", args.out)
 
 
 if __name__ == "__main__":
