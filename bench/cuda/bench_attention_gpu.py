@@ -13,10 +13,10 @@ the host waits (as in training, the host's per-call time is hidden; --sync-each-
 this script did until 2026-12-01). Every implementation of a point is timed once per round, in
 turn, for --rounds rounds (5), and the table keeps the median of its rounds: the H200 runs at its
 power cap in these kernels and its clock moves from second to second, so one timing of each, one
-after the other, put varpack's d256 forward at 1.02x-1.22x cuDNN's from one table to the next, and
-within one call its five rounds read 3.37-4.20 ms (2026-12-02). Useful TFLOP/s counts valid tokens only: 4*H*D*sum(len^2)/2
-forward (with a window: 4*H*D times the visible pairs), 2.5x that backward (backward time =
-forward+backward time - forward time).
+after the other, put varpack's d256 forward at 1.02x-1.22x cuDNN's from one table to the next,
+and within one call its five rounds read 3.37-4.20 ms (2026-12-02). Useful TFLOP/s counts valid
+tokens only: 4*H*D*sum(len^2)/2 forward (with a window: 4*H*D times the visible pairs), 2.5x that
+backward (backward time = forward+backward time - forward time).
 
 Run: python bench/cuda/bench_attention_gpu.py [--out table.md] [--reps 20] [--no-flex]
 [--sync-each-rep] [--rounds 5] [--only "64 x 1k,d256"]

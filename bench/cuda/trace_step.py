@@ -11,6 +11,10 @@ copy) it ran, with its count and mean time, and how long the GPU was busy agains
 the first kernel's start to the last one's end: a kernel that only the torch path runs, the same
 kernels running slower there, or the GPU waiting between them.
 
+With --impl cudnn the same for the peer, SDPA's cuDNN backend on the padded batch (its forward,
+dO.O, backward and dQ conversion kernels beside varpack's forward, Delta, backward and dQ
+conversion).
+
 Run: python bench/cuda/trace_step.py [--rows 16] [--len 4096] [--d 128] [--steps 20]
 [--impl varpack|cudnn]
 """
