@@ -109,6 +109,49 @@ TEST(TileBounds, SlotsCoverEveryTileOnce) {
   }
 }
 
+// find_slot's search by 32 lanes (SlotSearch), its lanes emulated one after the other: the lanes
+// that pass form a prefix, and it finds the binary search's tile at every slot, also past 32 and
+// 1024 sequences (two and three rounds) and with many empty sequences.
+TEST(TileBounds, LaneSearchFindsTheBinarySearchsSlot) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> batches{{0}, {1}, {0, 0, 0}, {127, 128, 129, 0, 1, 64, 63, 65}};
+  for (size_t batch : {31, 32, 33, 64, 100, 1023, 1024, 1025, 5000}) {
+    std::vector<int32_t> lens(batch);
+    for (int32_t& l : lens) l = static_cast<int32_t>(rng() % 4 == 0 ? 0 : rng() % 300);
+    batches.push_back(lens);
+    batches.push_back(std::vector<int32_t>(batch, 0));
+  }
+  for (const auto& lens : batches) {
+    const std::vector<int32_t> cu = cumulative(lens);
+    const auto batch = static_cast<int64_t>(lens.size());
+    constexpr int BLOCK = 128;
+    const int64_t slots = slot_count(cu.back(), batch, BLOCK);
+    for (int64_t s = 0; s < slots; ++s) {
+      SlotSearch search{0, batch};
+      int rounds = 0;
+      while (!search.done()) {
+        int passed = 0;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int64_t c = search.candidate(lane);
+          const bool passes = c >= 0 && cu[c] / BLOCK + c <= s;
+          ASSERT_TRUE(!passes || passed == lane) << "lane " << lane << " passes after a failure";
+          passed += passes;
+        }
+        ASSERT_GE(passed, 1) << "slot " << s;
+        search.narrow(passed);
+        ASSERT_LE(++rounds, 4) << "batch " << batch;
+      }
+      const TileSlot lanes = slot_in_sequence<BLOCK, TileOrder::kFirstFirst>(cu.data(), search.lo, s);
+      const TileSlot binary = slot_tile<BLOCK, TileOrder::kFirstFirst>(cu.data(), batch, s);
+      ASSERT_EQ(lanes.valid, binary.valid) << "batch " << batch << " slot " << s;
+      if (binary.valid) {
+        ASSERT_EQ(lanes.b, binary.b) << "batch " << batch << " slot " << s;
+        ASSERT_EQ(lanes.block, binary.block) << "batch " << batch << " slot " << s;
+      }
+    }
+  }
+}
+
 // Every block index of a launch order: each (sequence, tile, head group) is some block's work
 // exactly once, and none outside the sequence. By chunks with the true count of ranks, a chunk's
 // blocks start heaviest first (query tile index non-increasing); with fewer ranks (max_seqlen

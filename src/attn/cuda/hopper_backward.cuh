@@ -74,6 +74,8 @@ struct HopperBackwardTile {
   static constexpr int kReducerWarps = 2;
   static constexpr bool kIssueAhead = IssueAhead;
   static constexpr bool kSplitScores = SplitScores;
+  static constexpr bool kBinarySlotSearch = false;  // EXPERIMENT: the binary search's find_slot
+  static constexpr bool kTmaPrologue = false;  // EXPERIMENT: K, V and tile 0 by the producer
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -114,7 +116,7 @@ struct HopperBackwardTile {
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
   static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
-  static constexpr int kBarriers = 2 * kStages;  // per stage: full, empty
+  static constexpr int kBarriers = 2 * kStages + 1;  // per stage: full, empty; K and V full
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
@@ -232,6 +234,15 @@ template <>
 struct HopperAtomicBackwardConfig<96>
     : HopperBackwardTile<128, 64, 2, 96, false, false, true> {};
 
+// TIMELINE EXPERIMENT (not for main): per-block clock64 stamps, read by experiments/backward_timeline.cu.
+#if defined(VARPACK_BACKWARD_TIMELINE)
+__device__ long long g_backward_timeline[32768][10];
+#define VARPACK_STAMP(event, value) \
+  (g_backward_timeline[blockIdx.y * gridDim.x + blockIdx.x][event] = (value))
+#else
+#define VARPACK_STAMP(event, value) ((void)0)
+#endif
+
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
@@ -244,7 +255,9 @@ template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     hopper_backward_kernel(const AttentionBackwardParams p,
                            const __grid_constant__ CUtensorMap q_map,
-                           const __grid_constant__ CUtensorMap dout_map, const float* delta,
+                           const __grid_constant__ CUtensorMap dout_map,
+                           const __grid_constant__ CUtensorMap k_map,
+                           const __grid_constant__ CUtensorMap v_map, const float* delta,
                            float* dq_accum, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
@@ -265,8 +278,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
-  if (!slot.valid) return;
+  if (threadIdx.x == 0) VARPACK_STAMP(0, clock64());
+  const TileSlot slot =
+      Cfg::kBinarySlotSearch
+          ? slot_tile<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch,
+                                                   slots - 1 - static_cast<int64_t>(blockIdx.x))
+          : find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
+  if (!slot.valid) {
+    if (threadIdx.x == 0) {
+      unsigned smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      VARPACK_STAMP(1, clock64());
+      VARPACK_STAMP(6, smid);
+      VARPACK_STAMP(7, -1);
+    }
+    return;
+  }
   const BlockTile tile = key_tile<kBN, kBM>(p, slot);
   const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
@@ -306,6 +333,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sStat = sK + Cfg::kStatOffset;
   auto stage_full = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * s; };
   auto stage_empty = [&](int s) { return sK + Cfg::kBarrierOffset + 8 * (kStages + s); };
+  const uint32_t kv_full = sK + Cfg::kBarrierOffset + 8 * (2 * kStages);
+  constexpr bool kTmaPrologue = Cfg::kTmaPrologue;
   // Queues the loads of iteration `it` (at cursor c) into stage it % kStages, by threads 0 ..
   // threads - 1, their copy loops unrolled `unroll` times (1 for the producer warps' few
   // registers).
@@ -335,8 +364,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_init(stage_full(s), Cfg::kLoadThreads);
       mbarrier_init(stage_empty(s), Cfg::kComputeThreads);
     }
+    mbarrier_init(kv_full, Cfg::kLoadThreads);
   }
-  if (iters > 0) {
+  if (!kTmaPrologue && iters > 0) {
     const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
     constexpr int kKvUnroll = (kBN * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads;
@@ -346,22 +376,50 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                                                    seq.k_len);
     load_queries(AllThreads{}, AllUnrolled{}, 0, TileCursor{0, 0});
   }
+  if (threadIdx.x == 0) VARPACK_STAMP(1, clock64());
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async();
   __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    VARPACK_STAMP(2, clock64());
+    VARPACK_STAMP(6, smid);
+    VARPACK_STAMP(7, iters);
+  }
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (warp < 2) {
+      if (kTmaPrologue && iters > 0) {
+        if (n0 + kBN <= seq.k_len) {
+          if (threadIdx.x == 0) {
+            mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
+            const int row = static_cast<int>(seq.k_begin + n0);
+            tma_load_gmma_tile<KvTile, D>(sK, k_map, hk, row, kv_full);
+            tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
+          }
+        } else {
+          const T* k =
+              static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
+          const T* v =
+              static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+          load_gmma_tile_async<kBN, D, Cfg::kLoadThreads, 1, kDataD>(sK, k, p.k_row_stride, n0,
+                                                                     seq.k_len);
+          load_gmma_tile_async<kBN, D, Cfg::kLoadThreads, 1, kDataD>(sV, v, p.v_row_stride, n0,
+                                                                     seq.k_len);
+        }
+        cp_async_arrive(kv_full);
+      }
       // Fill number (it - 1) / kStages of stage it % kStages; refill a stage once both compute
       // warpgroups are done with its previous tile. A tile wholly inside the sequence goes through
       // the TMA unit: issuing its copies thread by thread took these two warps about as long as
       // the compute warpgroups took for the tile, so the compute waited for data.
       TileCursor cursor{0, 0};
-      for (int it = 1; it < iters; ++it) {
-        cursor.step(m_tiles);
+      for (int it = kTmaPrologue ? 0 : 1; it < iters; ++it) {
+        if (it > 0) cursor.step(m_tiles);
         const int s = it % kStages;
         if (it >= kStages) mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
         const int64_t m0 = tile_start(cursor);
@@ -417,6 +475,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       }
       bulk_wait_read<0>();
+      if (threadIdx.x == 64) VARPACK_STAMP(8, clock64());
     }
     return;
   }
@@ -485,8 +544,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int s = it % kStages;
     const int64_t m0 = tile_start(cursor);
     cursor.step(m_tiles);
-    if (it > 0) {
-      mbarrier_wait(stage_full(s), ((it - 1) / kStages) & 1);
+    if (kTmaPrologue || it > 0) {
+      mbarrier_wait(stage_full(s), ((kTmaPrologue ? it : it - 1) / kStages) & 1);
       fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
     }
     // Over this warpgroup's queries q0 .. q0 + kScoreQueries - 1 of the tile (SplitScores: its
@@ -721,8 +780,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_wait<0>();
     mbarrier_arrive(stage_empty(it % kStages));  // Q, dO and the row statistics are read
   };
+  if (kTmaPrologue && iters > 0) {
+    mbarrier_wait(kv_full, 0);
+    fence_proxy_async();  // K and V by cp.async (a partial tile), before wgmma reads them
+  }
   if constexpr (kIssueAhead) {
     if (iters > 0) scores(0);
+    if (threadIdx.x == 128) VARPACK_STAMP(3, clock64());
     for (int it = 0; it < iters; ++it) {
       products(it);
       if (it + 1 < iters) scores(it + 1);  // also releases this tile's stage
@@ -737,6 +801,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   pin_registers(dv);
   pin_registers(dk);
+  if (threadIdx.x == 128) VARPACK_STAMP(4, clock64());
   if constexpr (kPingPong) {
     if (wg == 0) named_barrier_sync(kTurn, kTurnThreads);
   }
@@ -759,6 +824,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                  static_cast<T*>(p.dv) + (seq.k_begin + row0) * p.dv_row_stride +
                      hk * p.dv_head_stride + col0,
                  p.dv_row_stride, seq.k_len - row0, lane);
+  if (threadIdx.x == 128) VARPACK_STAMP(5, clock64());
 #endif
 }
 
@@ -775,10 +841,15 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
   const CUtensorMap dout_map = head_tile_map(p.dout, kBf16, p.total_q, p.heads, D,
                                              p.dout_row_stride, p.dout_head_stride,
                                              Cfg::kQueryStep);
+  const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, D, p.k_row_stride,
+                                          p.k_head_stride, Cfg::kKeysPerBlock);
+  const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D, p.v_row_stride,
+                                          p.v_head_stride, Cfg::kKeysPerBlock);
   launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
-                       "the Hopper backward kernel", stream, p, q_map, dout_map, delta, dq_accum);
+                       "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
+                       delta, dq_accum);
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). dQ's

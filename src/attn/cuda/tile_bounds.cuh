@@ -30,35 +30,77 @@ struct TileSlot {
 // the heavy blocks then start early and the light ones fill the tail of the launch.
 enum class TileOrder { kLastFirst, kFirstFirst };
 
-// Slot s of the list (find_slot: s = slots - 1 - blockIdx.x).
+// The tile in slot s, given the sequence b = last_sequence_at(s) that holds it if any.
 template <int BLOCK, TileOrder kOrder>
-VARPACK_HOST_DEVICE TileSlot slot_tile(const int32_t* cu_seqlens, int64_t batch, int64_t s) {
+VARPACK_HOST_DEVICE TileSlot slot_in_sequence(const int32_t* cu_seqlens, int64_t b, int64_t s) {
   TileSlot t;
-  if (batch <= 0) return t;
-  // Largest b in [0, batch) with first_slot(b) <= s; first_slot is strictly increasing in b.
-  int64_t lo = 0, hi = batch - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (cu_seqlens[mid] / BLOCK + mid <= s) lo = mid; else hi = mid - 1;
-  }
-  const int64_t begin = cu_seqlens[lo];
-  const int64_t len = static_cast<int64_t>(cu_seqlens[lo + 1]) - begin;
+  const int64_t begin = cu_seqlens[b];
+  const int64_t len = static_cast<int64_t>(cu_seqlens[b + 1]) - begin;
   const int64_t tiles = (len + BLOCK - 1) / BLOCK;
-  const int64_t local = s - (begin / BLOCK + lo);
+  const int64_t local = s - (begin / BLOCK + b);
   if (local < 0 || local >= tiles) return t;
-  t.b = lo;
+  t.b = b;
   // The first valid slot visited in a sequence has local = tiles - 1.
   t.block = kOrder == TileOrder::kLastFirst ? local : tiles - 1 - local;
   t.valid = true;
   return t;
 }
 
+// Slot s of the list (find_slot: s = slots - 1 - blockIdx.x), by a binary search over the
+// sequences: the reference that find_slot's search by 32 lanes is tested against.
+template <int BLOCK, TileOrder kOrder>
+VARPACK_HOST_DEVICE TileSlot slot_tile(const int32_t* cu_seqlens, int64_t batch, int64_t s) {
+  if (batch <= 0) return TileSlot{};
+  // Largest b in [0, batch) with first_slot(b) <= s; first_slot is strictly increasing in b.
+  int64_t lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (cu_seqlens[mid] / BLOCK + mid <= s) lo = mid; else hi = mid - 1;
+  }
+  return slot_in_sequence<BLOCK, kOrder>(cu_seqlens, lo, s);
+}
+
+// find_slot's search for the largest b in [0, batch) with first_slot(b) = cu[b] / BLOCK + b <= s:
+// the answer lies in [lo, lo + n), and first_slot(lo) <= s. Each round, lane l (of 32) tests
+// candidate lo + l * step (where that is below lo + n); as first_slot increases, the lanes that
+// pass are 0 .. passed - 1, and the answer lies in the passing last one's step. So a round is one
+// dependent load where the binary search takes log2(batch): two rounds up to 1024 sequences
+// (measured on the H200: bench/results/cuda.md, 2026-12-03).
+struct SlotSearch {
+  int64_t lo = 0, n = 0;
+
+  VARPACK_HOST_DEVICE bool done() const { return n <= 1; }
+  VARPACK_HOST_DEVICE int64_t step() const { return (n + 31) / 32; }
+  // Lane l's candidate, or -1 where it lies past the range.
+  VARPACK_HOST_DEVICE int64_t candidate(int lane) const {
+    const int64_t offset = lane * step();
+    return offset < n ? lo + offset : -1;
+  }
+  // passed >= 1: lane 0's candidate, lo, always passes.
+  VARPACK_HOST_DEVICE void narrow(int passed) {
+    const int64_t offset = (passed - 1) * step();
+    const int64_t width = step();
+    lo += offset;
+    n = n - offset < width ? n - offset : width;
+  }
+};
+
 #if defined(__CUDACC__)
+// The block's slot, s = slots - 1 - blockIdx.x, by SlotSearch. Every lane of the calling warp
+// must take part (the kernels call it first, with whole warps).
 template <int BLOCK, TileOrder kOrder>
 __device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
                                               int64_t slots) {
-  return slot_tile<BLOCK, kOrder>(cu_seqlens, batch,
-                                  slots - 1 - static_cast<int64_t>(blockIdx.x));
+  const int64_t s = slots - 1 - static_cast<int64_t>(blockIdx.x);
+  if (batch <= 0) return TileSlot{};
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  SlotSearch search{0, batch};
+  while (!search.done()) {
+    const int64_t c = search.candidate(lane);
+    const bool passes = c >= 0 && cu_seqlens[c] / BLOCK + c <= s;
+    search.narrow(__popc(__ballot_sync(0xffffffffu, passes)));
+  }
+  return slot_in_sequence<BLOCK, kOrder>(cu_seqlens, search.lo, s);
 }
 #endif
 
