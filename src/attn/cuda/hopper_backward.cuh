@@ -3,7 +3,8 @@
 // no dS^T staging, dQ product or reducing warps), then the wgmma dQ pass of hopper_dq.cuh. One
 // block = 128 keys of one kv head; it walks every query tile (of kQueryStep rows, of every q head
 // of its group) that can see its keys. The block is warp-specialized:
-// - all threads load K, V and the first query tile's Q, dO, lse and Delta together; then
+// - all threads load K, V and the first query tile's Q, dO, lse and Delta together (or, with
+//   TmaPrologue, the producer does, below, and the compute warpgroups wait on mbarriers); then
 // - a producer warpgroup: two warps load each further query tile into a ring of stages, Q and dO
 //   by the TMA unit (a sequence's last, partial tile by cp.async, which zero-fills the rows past
 //   its end), lse and Delta by cp.async, all counted on an mbarrier per stage; two warps add each
@@ -52,6 +53,19 @@ namespace varpack::cuda {
 // P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
+// TmaPrologue: K and V by the TMA unit (a partial last key tile by the producer's cp.async, which
+// zero-fills past the sequence) and the first query tile through the ring like every other, all
+// issued by the producer, the compute warpgroups waiting on a K/V mbarrier and the stage's; without
+// it all 384 threads copy K, V and the first tile by cp.async and wait for them together. Per-block
+// clock64 stamps (commit fb07d02's experiments/backward_timeline.cu; H200, bf16, d128, 64 x 1k)
+// had the block's start to its first scores at 4855 + 1167 cycles of a ~47,700-cycle block with
+// the threads' copies, 1854 + 175 with TMA (the first scores then wait ~2300 cycles longer for the
+// data). Measured on the H200 (tile_shapes, interleaved, two rounds, 2026-12-03 05:55 UTC),
+// TFLOP/s with / without at 64 x 1k / 16 x 4k / 4 x 16k / mixed / 10% padding: d128 atomic 308.9
+// / 455.6 / 519.6 / 417.2 / 436.6 against 300.8 / 449.2 / 518.1 / 412.6 / 432.5 (second round
+// +2.8 / +1.4 / +0.9 / +1.3 / +1.4%); d96 atomic +1.2 to +1.7% at every point; d256 +3.7 / +1.6 /
+// -0.2 / +1.4 (-0.8) / +1.4%; but d64 atomic +0.3% at 1k and -1.8 to -3.4% from 4k, and d128's
+// deterministic dK/dV pass +2.4% at 1k, -0.6 / -1.7% at 4 x 16k: those two keep the threads'.
 // SplitScores (with SplitColumns, without ping-pong): with split columns alone both warpgroups
 // compute S^T and dP^T for all of the block's 64 keys and the tile's queries, so a third of the
 // dK/dV pass's tensor work is done twice. With SplitScores each computes them for half of the
@@ -59,7 +73,8 @@ namespace varpack::cuda {
 // tile), from where dV's and dK's products read them: 4 products' work a tile instead of 6, and
 // half of the P^T / dS^T arithmetic per warpgroup.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
-          bool PingPong = false, bool IssueAhead = false, bool SplitScores = false>
+          bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
+          bool TmaPrologue = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -74,8 +89,7 @@ struct HopperBackwardTile {
   static constexpr int kReducerWarps = 2;
   static constexpr bool kIssueAhead = IssueAhead;
   static constexpr bool kSplitScores = SplitScores;
-  static constexpr bool kBinarySlotSearch = false;  // EXPERIMENT: the binary search's find_slot
-  static constexpr bool kTmaPrologue = false;  // EXPERIMENT: K, V and tile 0 by the producer
+  static constexpr bool kTmaPrologue = TmaPrologue;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -174,7 +188,8 @@ struct HopperBackwardConfig<96> : HopperBackwardTile<128, 64, 2, 96> {};
 // shape (both warpgroups computing all of the scores, in ping-pong; 234.5 / 311.4 / 338.8 / 299.1
 // before the mask hoist of the same call's branch).
 template <>
-struct HopperBackwardConfig<256> : HopperBackwardTile<256, 64, 2, 256, true, false, true, true> {};
+struct HopperBackwardConfig<256>
+    : HopperBackwardTile<256, 64, 2, 256, true, false, true, true, true> {};
 
 // The atomic-dQ backward's shape (head dims 64 and 128; launch_hopper_backward). d128: the next
 // tile's scores issued after this tile's dK (IssueAhead); measured on the H200 (bf16, causal, 16
@@ -222,7 +237,7 @@ template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 // d96: d128's atomic shape; the dQ products run on d128's columns (K's columns past 96 are zeros)
@@ -232,16 +247,7 @@ struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 // 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead.
 template <>
 struct HopperAtomicBackwardConfig<96>
-    : HopperBackwardTile<128, 64, 2, 96, false, false, true> {};
-
-// TIMELINE EXPERIMENT (not for main): per-block clock64 stamps, read by experiments/backward_timeline.cu.
-#if defined(VARPACK_BACKWARD_TIMELINE)
-__device__ long long g_backward_timeline[32768][10];
-#define VARPACK_STAMP(event, value) \
-  (g_backward_timeline[blockIdx.y * gridDim.x + blockIdx.x][event] = (value))
-#else
-#define VARPACK_STAMP(event, value) ((void)0)
-#endif
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -278,22 +284,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
 
-  if (threadIdx.x == 0) VARPACK_STAMP(0, clock64());
-  const TileSlot slot =
-      Cfg::kBinarySlotSearch
-          ? slot_tile<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch,
-                                                   slots - 1 - static_cast<int64_t>(blockIdx.x))
-          : find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
-  if (!slot.valid) {
-    if (threadIdx.x == 0) {
-      unsigned smid;
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-      VARPACK_STAMP(1, clock64());
-      VARPACK_STAMP(6, smid);
-      VARPACK_STAMP(7, -1);
-    }
-    return;
-  }
+  const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
+  if (!slot.valid) return;
   const BlockTile tile = key_tile<kBN, kBM>(p, slot);
   const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
@@ -358,7 +350,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>;
   using LoadThreads = std::integral_constant<int, Cfg::kLoadThreads>;
 
-  // K, V and iteration 0's tiles, by every thread at once: nothing can start before they land.
+  // Without TmaPrologue, K, V and iteration 0's tiles by every thread at once: nothing can start
+  // before they land. With it, only the barriers (kv_full: K and V, a phase of the producer's two
+  // load warps' arrivals + the TMA bytes).
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(stage_full(s), Cfg::kLoadThreads);
@@ -376,24 +370,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                                                    seq.k_len);
     load_queries(AllThreads{}, AllUnrolled{}, 0, TileCursor{0, 0});
   }
-  if (threadIdx.x == 0) VARPACK_STAMP(1, clock64());
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async();
   __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    VARPACK_STAMP(2, clock64());
-    VARPACK_STAMP(6, smid);
-    VARPACK_STAMP(7, iters);
-  }
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
     if (warp < 2) {
       if (kTmaPrologue && iters > 0) {
+        // A key tile wholly inside the sequence by the TMA unit; a partial one by cp.async, which
+        // zero-fills the rows past its end (the TMA box would bring the next sequence's rows).
         if (n0 + kBN <= seq.k_len) {
           if (threadIdx.x == 0) {
             mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
@@ -413,12 +401,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         cp_async_arrive(kv_full);
       }
-      // Fill number (it - 1) / kStages of stage it % kStages; refill a stage once both compute
+      // Fill number (it - kFirst) / kStages of stage it % kStages (iteration 0 is this loop's with
+      // TmaPrologue, kFirst = 0, else the prologue's); refill a stage once both compute
       // warpgroups are done with its previous tile. A tile wholly inside the sequence goes through
       // the TMA unit: issuing its copies thread by thread took these two warps about as long as
       // the compute warpgroups took for the tile, so the compute waited for data.
       TileCursor cursor{0, 0};
-      for (int it = kTmaPrologue ? 0 : 1; it < iters; ++it) {
+      constexpr int kFirst = kTmaPrologue ? 0 : 1;
+      for (int it = kFirst; it < iters; ++it) {
         if (it > 0) cursor.step(m_tiles);
         const int s = it % kStages;
         if (it >= kStages) mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
@@ -475,7 +465,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       }
       bulk_wait_read<0>();
-      if (threadIdx.x == 64) VARPACK_STAMP(8, clock64());
     }
     return;
   }
@@ -786,7 +775,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   if constexpr (kIssueAhead) {
     if (iters > 0) scores(0);
-    if (threadIdx.x == 128) VARPACK_STAMP(3, clock64());
     for (int it = 0; it < iters; ++it) {
       products(it);
       if (it + 1 < iters) scores(it + 1);  // also releases this tile's stage
@@ -801,7 +789,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   pin_registers(dv);
   pin_registers(dk);
-  if (threadIdx.x == 128) VARPACK_STAMP(4, clock64());
   if constexpr (kPingPong) {
     if (wg == 0) named_barrier_sync(kTurn, kTurnThreads);
   }
@@ -824,7 +811,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                  static_cast<T*>(p.dv) + (seq.k_begin + row0) * p.dv_row_stride +
                      hk * p.dv_head_stride + col0,
                  p.dv_row_stride, seq.k_len - row0, lane);
-  if (threadIdx.x == 128) VARPACK_STAMP(5, clock64());
 #endif
 }
 
@@ -841,6 +827,7 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
   const CUtensorMap dout_map = head_tile_map(p.dout, kBf16, p.total_q, p.heads, D,
                                              p.dout_row_stride, p.dout_head_stride,
                                              Cfg::kQueryStep);
+  // K and V's maps, read by the kernel only with TmaPrologue.
   const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, D, p.k_row_stride,
                                           p.k_head_stride, Cfg::kKeysPerBlock);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D, p.v_row_stride,

@@ -60,17 +60,6 @@ struct Variant {
   bool softcap = false;  // run with softcap 30 (a forward checked against the first such)
 };
 
-// EXPERIMENT: the library's d128 atomic shape with find_slot's binary search.
-struct BinarySearch128 : HopperAtomicBackwardConfig<128> {
-  static constexpr bool kBinarySlotSearch = true;
-};
-
-// EXPERIMENT: K, V and the first query tile loaded by the producer (TMA), nothing by all threads.
-template <class Cfg>
-struct TmaPrologue : Cfg {
-  static constexpr bool kTmaPrologue = true;
-};
-
 // The persistent forward's work counter (one int32 of device memory, zeroed by each launch).
 int* work_counter = nullptr;
 
@@ -123,9 +112,10 @@ int main(int argc, char** argv) {
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd binary slot search", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, BinarySearch128>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, TmaPrologue<HopperAtomicBackwardConfig<128>>>(p, ws, nullptr); }, false, 128},
-      {"wgmma det bwd tma prologue", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, TmaPrologue<HopperBackwardConfig<128>>>(p, ws, nullptr); }, false, 128},
+      // The prologue of all threads (K, V and the first query tile by cp.async, then a block-wide
+      // wait; the library's before TmaPrologue), and the deterministic mode's dK/dV with TmaPrologue.
+      {"wgmma bwd all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
+      {"wgmma det bwd tma prologue", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, false, false, true>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd, scores after products", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2>>(p, ws, nullptr); }, false, 128},
       // Deterministic mode: Hopper dK/dV, then the wgmma dQ pass.
       {"wgmma det bwd (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
@@ -176,12 +166,12 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 two passes (lib det)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<96>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 two passes, pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 96, false, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 (lib, atomic)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96},
-      {"wgmma bwd d96 tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, TmaPrologue<HopperAtomicBackwardConfig<96>>>(p, ws, nullptr); }, false, 96},
+      {"wgmma bwd d96 all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 atomic, not ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d64 tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, TmaPrologue<HopperAtomicBackwardConfig<64>>>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d256 tma prologue", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, TmaPrologue<HopperBackwardConfig<256>>>(p, ws, nullptr); }, false, 256},
+      {"wgmma bwd d64 tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
+      {"wgmma bwd d256 all-thread prologue", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, false, true, true>>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d64 two passes (lib det)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
   };
   struct Point {
