@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -121,6 +123,13 @@ struct BenchProblem {
     for (int32_t l : lens) {
       cu_h.push_back(cu_h.back() + l);
       *flops += 4.0 * heads * head_dim * static_cast<double>(l) * l / 2;
+    }
+    if (lens.size() > 1023 || cu_h.back() > rows) {
+      std::fprintf(stderr,
+                   "BenchProblem: %zu sequences of %d tokens in all; at most 1023 sequences and "
+                   "%lld tokens fit (make the problem larger)\n",
+                   lens.size(), cu_h.back(), static_cast<long long>(rows));
+      std::exit(2);
     }
     CHECK_CUDA(cudaMemcpy(cu_seqlens, cu_h.data(), cu_h.size() * 4, cudaMemcpyHostToDevice));
     AttentionBackwardParams p;
