@@ -30,7 +30,8 @@ struct TileSlot {
 // the heavy blocks then start early and the light ones fill the tail of the launch.
 enum class TileOrder { kLastFirst, kFirstFirst };
 
-// The tile in slot s, given the sequence b = last_sequence_at(s) that holds it if any.
+// The tile in slot s, given b: the last sequence whose first slot (cu[b] / BLOCK + b) is at or
+// before s, the only one that can own it.
 template <int BLOCK, TileOrder kOrder>
 VARPACK_HOST_DEVICE TileSlot slot_in_sequence(const int32_t* cu_seqlens, int64_t b, int64_t s) {
   TileSlot t;
