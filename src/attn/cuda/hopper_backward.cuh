@@ -345,6 +345,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                                             p.dout_row_stride, m0, seq.q_len);
     load_row_stats_async<kBM, kLoaders>(sStat, s, p, delta, seq, h, m0);
   };
+  // K and V's tile (keys n0 ..) by cp.async, by threads 0 .. threads - 1, unrolled `unroll` times.
+  auto load_kv = [&](auto threads, auto unroll) {
+    constexpr int kLoaders = decltype(threads)::value;
+    constexpr int kUnroll = decltype(unroll)::value;
+    const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
+    load_gmma_tile_async<kBN, D, kLoaders, kUnroll, kDataD>(sK, k, p.k_row_stride, n0, seq.k_len);
+    load_gmma_tile_async<kBN, D, kLoaders, kUnroll, kDataD>(sV, v, p.v_row_stride, n0, seq.k_len);
+  };
   using AllThreads = std::integral_constant<int, Cfg::kThreads>;
   using AllUnrolled =
       std::integral_constant<int, (kBM * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>;
@@ -358,16 +367,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_init(stage_full(s), Cfg::kLoadThreads);
       mbarrier_init(stage_empty(s), Cfg::kComputeThreads);
     }
-    mbarrier_init(kv_full, Cfg::kLoadThreads);
+    if (kTmaPrologue) mbarrier_init(kv_full, Cfg::kLoadThreads);
   }
   if (!kTmaPrologue && iters > 0) {
-    const T* k = static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
-    constexpr int kKvUnroll = (kBN * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads;
-    load_gmma_tile_async<kBN, D, Cfg::kThreads, kKvUnroll, kDataD>(sK, k, p.k_row_stride, n0,
-                                                                   seq.k_len);
-    load_gmma_tile_async<kBN, D, Cfg::kThreads, kKvUnroll, kDataD>(sV, v, p.v_row_stride, n0,
-                                                                   seq.k_len);
+    load_kv(AllThreads{},
+            std::integral_constant<int, (kBN * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>{});
     load_queries(AllThreads{}, AllUnrolled{}, 0, TileCursor{0, 0});
   }
   cp_async_commit();
@@ -390,14 +394,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
           }
         } else {
-          const T* k =
-              static_cast<const T*>(p.k) + seq.k_begin * p.k_row_stride + hk * p.k_head_stride;
-          const T* v =
-              static_cast<const T*>(p.v) + seq.k_begin * p.v_row_stride + hk * p.v_head_stride;
-          load_gmma_tile_async<kBN, D, Cfg::kLoadThreads, 1, kDataD>(sK, k, p.k_row_stride, n0,
-                                                                     seq.k_len);
-          load_gmma_tile_async<kBN, D, Cfg::kLoadThreads, 1, kDataD>(sV, v, p.v_row_stride, n0,
-                                                                     seq.k_len);
+          load_kv(LoadThreads{}, std::integral_constant<int, 1>{});
         }
         cp_async_arrive(kv_full);
       }
@@ -827,11 +824,16 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
   const CUtensorMap dout_map = head_tile_map(p.dout, kBf16, p.total_q, p.heads, D,
                                              p.dout_row_stride, p.dout_head_stride,
                                              Cfg::kQueryStep);
-  // K and V's maps, read by the kernel only with TmaPrologue.
-  const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, D, p.k_row_stride,
-                                          p.k_head_stride, Cfg::kKeysPerBlock);
-  const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D, p.v_row_stride,
-                                          p.v_head_stride, Cfg::kKeysPerBlock);
+  // K and V's maps, read by the kernel only with TmaPrologue (encoding one costs host time per
+  // call, so the others pass empty ones).
+  const CUtensorMap k_map = Cfg::kTmaPrologue
+                                ? head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, D,
+                                                p.k_row_stride, p.k_head_stride, Cfg::kKeysPerBlock)
+                                : CUtensorMap{};
+  const CUtensorMap v_map = Cfg::kTmaPrologue
+                                ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
+                                                p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
+                                : CUtensorMap{};
   launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
