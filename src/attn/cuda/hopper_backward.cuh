@@ -27,6 +27,7 @@
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/hopper_dq.cuh"
+#include "attn/cuda/hopper_dq_accumulator.cuh"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tensor_map.h"
@@ -86,7 +87,7 @@ struct HopperBackwardTile {
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
   // Atomic dQ: producer warps 2 and 3 add dQ to the accumulator, the rows split between them.
-  static constexpr int kReducerWarps = 2;
+  static constexpr int kReducerWarps = kDqReducerWarps;
   static constexpr bool kIssueAhead = IssueAhead;
   static constexpr bool kSplitScores = SplitScores;
   static constexpr bool kTmaPrologue = TmaPrologue;
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const float* delta,
-                           float* dq_accum, int64_t slots) {
+                           float* dq_accum, uint32_t* dq_states, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
@@ -428,7 +429,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       cp_async_wait<0>();
     } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
-      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
+      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator),
+      // or stores them where its block is the first at them.
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
       // compute warpgroups' next use of it waits for) as soon as its reductions have read it.
       // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes, 2026-12-01 16:52 UTC),
@@ -442,7 +444,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // 1, 8 or 16 rows or a whole tile per reduction (equal only at d64 64 x 1k), against this
       // layout in the same call (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
-      const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
+      const int row_group = warp - 2;
+      const int lane = static_cast<int>(threadIdx.x) % 32;
+      // The rows r of the tile with dq_row_group(r) == row_group.
+      const int first_row = row_group * 32 + lane;
       constexpr int kRowStep = 32 * Cfg::kReducerWarps;
       for (int b = 0; b < kBuffers && b < iters; ++b)
         named_barrier_arrive(kDqEmpty + b, kDqHandoff);
@@ -453,13 +458,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t m0 = tile_start(cursor);
         const int64_t left = seq.q_len - m0;
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
+        // This warp's rows of the tile (none where it has at most 32 * row_group rows): stored if
+        // this block is the first there, else added (hopper_dq_accumulator.cuh).
+        const bool has_rows = row_group * 32 < rows;
+        uint32_t* state = dq_states + dq_state_index(seq.q_begin + m0, row_group, p.heads, h);
+        uint32_t seen = 0;
+        if (has_rows && lane == 0) seen = peek_dq_rows(state);
         named_barrier_sync(kDqFull + b, kDqHandoff);
-        for (int r = first_row; r < rows; r += kRowStep)
-          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
-                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
+        const bool first = has_rows && first_to_dq_rows(state, seen, lane);
+        for (int r = first_row; r < rows; r += kRowStep) {
+          float* dst = dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD;
+          const uint32_t src = sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes;
+          if (first) bulk_store(dst, src, kDataD * 4);
+          else bulk_reduce_add_f32(dst, src, kDataD * 4);
+        }
         bulk_commit();
         bulk_wait_read<0>();
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+        if (first) publish_dq_rows(state, lane);
       }
       bulk_wait_read<0>();
     }
@@ -811,10 +827,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// The Hopper kernel over (key slot, kv head): dK and dV, and with kAtomicDq dQ into dq_accum.
+// The Hopper kernel over (key slot, kv head): dK and dV, and with kAtomicDq dQ into dq_accum
+// (with its state words dq_states: hopper_dq_accumulator.cuh).
 template <class T, class Cfg, bool kAtomicDq>
 void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, float* dq_accum,
-                        cudaStream_t stream) {
+                        uint32_t* dq_states, cudaStream_t stream) {
   constexpr int D = Cfg::kDataD;  // the tensor maps' boxes fill the columns past it with zeros
   const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
   if (key_slots <= 0 || p.kv_heads <= 0) return;
@@ -838,22 +855,36 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
-                       delta, dq_accum);
+                       delta, dq_accum, dq_states);
 }
 
-// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). dQ's
-// conversion stays a pass of its own: done inside this kernel (the block that completes a query
-// tile's dQ converts it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200,
-// d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 /
-// 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
+// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several): Delta
+// (and the accumulator's state words cleared), the kernel, then dQ's conversion by query tiles.
+// workspace: Delta, the accumulator, its state words (dq_accum_workspace_bytes). The conversion
+// stays a pass of its own: done inside this kernel (the block that completes a query tile's dQ
+// converts it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200, d128 64 x
+// 1k / 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 /
+// 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
 // (bench/results/cuda.md, 2026-12-01).
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
-  run_atomic_backward<T, Cfg::kDataD>(p, workspace, stream,
-                                      [&](const float* delta, float* dq_accum, cudaStream_t s) {
-                                        launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, s);
-                                      });
+  if (p.batch <= 0) return;  // no sequence, no row to write (cu_seqlens may then be null)
+  unsigned char* bytes = static_cast<unsigned char*>(workspace);
+  float* delta = reinterpret_cast<float*>(bytes);
+  float* dq_accum = reinterpret_cast<float*>(bytes + delta_workspace_bytes(p));
+  uint32_t* dq_states =
+      reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
+  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
+  launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
+  const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
+  if (query_slots > 0 && p.heads > 0) {
+    const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
+    dq_convert_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep>
+        <<<grid, RowPass<Cfg::kDataD>::kThreads, 0, stream>>>(p, dq_accum, dq_states,
+                                                               query_slots);
+    check_launch("the backward dQ conversion kernel");
+  }
 }
 
 // The two-pass backward on Hopper with an explicit dK/dV shape (the experiments time several):
@@ -862,8 +893,8 @@ template <class T, class Cfg>
 void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* workspace,
                                    cudaStream_t stream) {
   float* delta = static_cast<float*>(workspace);
-  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, stream);
-  launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, stream);
+  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, nullptr, stream);
+  launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, nullptr, stream);
   launch_hopper_dq_pass<T, HopperDqConfig<Cfg::kDataD>>(p, delta, stream);
 }
 

@@ -27,9 +27,16 @@ inline size_t delta_workspace_bytes(const AttentionBackwardParams& p) {
       static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
   return (bytes + 255) / 256 * 256;
 }
-inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
+// The atomic mode's fp32 dQ accumulator [total_q, heads, head_dim] (dq_accum_bytes), then a state
+// word per (query row, head), which the Hopper kernel keeps instead of a cleared accumulator
+// (hopper_dq_accumulator.cuh).
+inline size_t dq_accum_bytes(const AttentionBackwardParams& p) {
   return static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) *
          static_cast<size_t>(p.head_dim) * sizeof(float);
+}
+inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
+  return dq_accum_bytes(p) +
+         static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) * sizeof(uint32_t);
 }
 
 #define VARPACK_DECLARE_INSTANCE(T, D)                                                        \
