@@ -859,23 +859,25 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several): Delta
-// (and the accumulator's state words cleared), the kernel, then dQ's conversion by query tiles.
-// workspace: Delta, the accumulator, its state words (dq_accum_workspace_bytes). The conversion
-// stays a pass of its own: done inside this kernel (the block that completes a query tile's dQ
-// converts it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200, d128 64 x
-// 1k / 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 /
-// 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
-// (bench/results/cuda.md, 2026-12-01).
+// (and the accumulator's state words cleared; with clear_accumulator, the accumulator cleared and
+// every group marked stored instead), the kernel, then dQ's conversion by query tiles. workspace:
+// Delta, the accumulator, its state words (dq_accum_workspace_bytes). The conversion stays a pass
+// of its own: done inside this kernel (the block that completes a query tile's dQ converts it,
+// after its dK and dV; branch wip/dq-fold) it measured slower on the H200, d128 64 x 1k / 16 x 4k /
+// 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 / 453.7 / 351.7,
+// d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md,
+// 2026-12-01).
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, bool clear_accumulator = false) {
   if (p.batch <= 0) return;  // no sequence, no row to write (cu_seqlens may then be null)
   unsigned char* bytes = static_cast<unsigned char*>(workspace);
   float* delta = reinterpret_cast<float*>(bytes);
   float* dq_accum = reinterpret_cast<float*>(bytes + delta_workspace_bytes(p));
   uint32_t* dq_states =
       reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
-  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
+  launch_delta<T, Cfg::kDataD>(p, delta, clear_accumulator ? dq_accum : nullptr, dq_states,
+                               stream);
   launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
   const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
   if (query_slots > 0 && p.heads > 0) {

@@ -20,12 +20,7 @@
 
 namespace varpack::cuda {
 
-enum DqRowsState : uint32_t {
-  kDqRowsUntouched = 0,  // the Delta pass's value
-  kDqRowsStoring = 1,    // claimed: the first block's bulk copies are on their way
-  kDqRowsStored = 2,     // in memory: later blocks add to them
-};
-
+// The states: DqRowsState (instances.h, beside the workspace's layout).
 // The reducing warps of the atomic backward: warp w adds rows r of a tile with r / 32 % 2 == w.
 constexpr int kDqReducerWarps = 2;
 constexpr VARPACK_HOST_DEVICE int dq_row_group(int row_in_tile) {

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "varpack/attention.h"
 
@@ -38,6 +39,11 @@ inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
   return dq_accum_bytes(p) +
          static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) * sizeof(uint32_t);
 }
+enum DqRowsState : uint32_t {
+  kDqRowsUntouched = 0,  // cleared by the Delta pass: no block has stored the rows
+  kDqRowsStoring = 1,    // claimed: the first block's bulk copies are on their way
+  kDqRowsStored = 2,     // in memory: later blocks add to them
+};
 
 #define VARPACK_DECLARE_INSTANCE(T, D)                                                        \
   template <>                                                                                \
