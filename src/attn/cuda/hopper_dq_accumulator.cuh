@@ -33,12 +33,16 @@ VARPACK_HOST_DEVICE int64_t dq_state_index(int64_t tile_row, int group, int head
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The group's state as lane 0 sees it now (acquired), read before the warp waits for the tile's
-// dQ so that the round trip to L2 overlaps that wait. A stale value is still good to act on: the
-// state only moves forward (untouched, storing, stored).
+// The group's state as lane 0 sees it now, read before the warp waits for the tile's dQ so that
+// the round trip to L2 overlaps that wait. A stale value is still good to act on: the state only
+// moves forward (untouched, storing, stored). Relaxed, not acquire: ld.acquire.gpu compiles to a
+// load and CCTL.IVALL, an invalidation of the multiprocessor's whole L1 (the spilled registers and
+// cp.async loads of every warp), once a tile. What it orders: the warp's bulk reductions, which
+// this value selects and which therefore issue after it returns, act in L2, where the first
+// block's copies completed before its st.release (publish_dq_rows).
 __device__ __forceinline__ uint32_t peek_dq_rows(const uint32_t* state) {
   uint32_t seen;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(state) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(state) : "memory");
   return seen;
 }
 
@@ -51,7 +55,7 @@ __device__ __forceinline__ uint32_t peek_dq_rows(const uint32_t* state) {
 __device__ __forceinline__ bool first_to_dq_rows(uint32_t* state, uint32_t seen, int lane) {
   if (lane == 0) {
     if (seen == kDqRowsUntouched)
-      asm volatile("atom.acquire.gpu.global.cas.b32 %0, [%1], %2, %3;\n"
+      asm volatile("atom.relaxed.gpu.global.cas.b32 %0, [%1], %2, %3;\n"
                    : "=r"(seen)
                    : "l"(state), "r"(static_cast<uint32_t>(kDqRowsUntouched)),
                      "r"(static_cast<uint32_t>(kDqRowsStoring))
@@ -62,7 +66,7 @@ __device__ __forceinline__ bool first_to_dq_rows(uint32_t* state, uint32_t seen,
     }
   }
   seen = __shfl_sync(0xffffffffu, seen, 0);
-  __syncwarp();                // lane 0's acquire, before every lane's reductions
+  __syncwarp();                // lane 0's read, before every lane's reductions
   fence_proxy_async_global();  // which go through the async proxy
   return seen == kDqRowsUntouched;
 }
