@@ -466,11 +466,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (has_rows && lane == 0) seen = peek_dq_rows(state);
         named_barrier_sync(kDqFull + b, kDqHandoff);
         const bool first = has_rows && first_to_dq_rows(state, seen, lane);
-        for (int r = first_row; r < rows; r += kRowStep) {
-          float* dst = dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD;
-          const uint32_t src = sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes;
-          if (first) bulk_store(dst, src, kDataD * 4);
-          else bulk_reduce_add_f32(dst, src, kDataD * 4);
+        // One loop per operation, not the choice inside one loop: the reducing warps have 24
+        // registers, and ptxas spilled inside the loop that chose.
+        float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
+        const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
+        uint32_t src = sDq + b * Cfg::kDqBytes + first_row * Cfg::kDqRowBytes;
+        constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
+        if (first) {
+          for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
+            bulk_store(dst, src, kDataD * 4);
+        } else {
+          for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
+            bulk_reduce_add_f32(dst, src, kDataD * 4);
         }
         bulk_commit();
         bulk_wait_read<0>();
