@@ -33,26 +33,29 @@ VARPACK_HOST_DEVICE int64_t dq_state_index(int64_t tile_row, int group, int head
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The group's state as lane 0 sees it now, read before the warp waits for the tile's dQ so that
-// the round trip to L2 overlaps that wait. A stale value is still good to act on: the state only
-// moves forward (untouched, storing, stored). Relaxed, not acquire: ld.acquire.gpu compiles to a
-// load and CCTL.IVALL, an invalidation of the multiprocessor's whole L1 (the spilled registers and
-// cp.async loads of every warp), once a tile. What it orders: the warp's bulk reductions, which
-// this value selects and which therefore issue after it returns, act in L2, where the first
-// block's copies completed before its st.release (publish_dq_rows).
+// The group's state as this lane sees it now, read a tile ahead (the reducing loop) so that the
+// round trip to L2 overlaps the previous tile's reductions. A stale value is still good to act on:
+// the state only moves forward (untouched, storing, stored). Relaxed, not acquire: ld.acquire.gpu
+// compiles to a load and CCTL.IVALL, an invalidation of the multiprocessor's whole L1 (the spilled
+// registers of every warp), once a tile. What it orders: the warp's bulk reductions, which this
+// value selects and which therefore issue after it returns, act in L2, where the first block's
+// copies completed before its st.release (publish_dq_rows).
 __device__ __forceinline__ uint32_t peek_dq_rows(const uint32_t* state) {
   uint32_t seen;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(state) : "memory");
   return seen;
 }
 
-// Whole warp, once the tile's dQ is in shared memory (`seen`: lane 0's peek_dq_rows): true when
-// this warp claims the group and stores its rows (then publish_dq_rows); false once the first
-// block's rows are in memory, after which the warp's bulk reductions may add to them. The claim
-// is made only now, not at the peek, so that a group stays "storing" only for its copies' flight
-// and not while its first block computes the tile (at head dim 64, where the next key block's
-// block walks the same query tiles one tile later, claims at the peek measured 12-14% slower).
+// Whole warp, once the tile's dQ is in shared memory (`seen`: peek_dq_rows, kDqRowsStored where
+// the warp has no rows in the tile): true when this warp claims the group and stores its rows
+// (then publish_dq_rows); false once the first block's rows are in memory (or the warp has none),
+// after which the warp's bulk reductions may add to them. The claim is made only now, not at the
+// peek, so that a group stays "storing" only for its copies' flight and not while its first block
+// computes the tile (at head dim 64, where the next key block's block walks the same query tiles
+// one tile later, claims at the peek measured 12-14% slower).
 __device__ __forceinline__ bool first_to_dq_rows(uint32_t* state, uint32_t seen, int lane) {
+  seen = __shfl_sync(0xffffffffu, seen, 0);  // one value for the whole warp
+  if (seen == kDqRowsStored) return false;   // the common case: no more traffic to L2
   if (lane == 0) {
     if (seen == kDqRowsUntouched)
       asm volatile("atom.relaxed.gpu.global.cas.b32 %0, [%1], %2, %3;\n"
@@ -65,10 +68,7 @@ __device__ __forceinline__ bool first_to_dq_rows(uint32_t* state, uint32_t seen,
       seen = peek_dq_rows(state);
     }
   }
-  seen = __shfl_sync(0xffffffffu, seen, 0);
-  __syncwarp();                // lane 0's read, before every lane's reductions
-  fence_proxy_async_global();  // which go through the async proxy
-  return seen == kDqRowsUntouched;
+  return __shfl_sync(0xffffffffu, seen, 0) == kDqRowsUntouched;
 }
 
 // Whole warp, after the first block's bulk copies of the group were committed: waits until they
