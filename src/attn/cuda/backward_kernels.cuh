@@ -141,12 +141,12 @@ struct RowPass {
 };
 
 // Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
-// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass). With dq_states
-// (the Hopper atomic mode's, hopper_dq_accumulator.cuh), its state word: untouched, or with
-// dq_accum as well stored (every block then adds to the cleared rows). Blocks by head
-// (grid y), then rows: ordering them heads first (whole rows of dO, O and the accumulator streamed
-// by the blocks running at once) measured mixed on the H200 (2026-12-02, with dQ's conversion
-// ordered alike; the backward at 64 x 1k / 16 x 4k, d128 -2% / +1%, d96 +3% / -5%): not kept.
+// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass), or with
+// dq_states (the Hopper atomic kernel's claimed dQ rows, hopper_dq_accumulator.cuh) its state word
+// set to untouched. Blocks by head (grid y), then rows: ordering them heads first (whole rows of
+// dO, O and the accumulator streamed by the blocks running at once) measured mixed on the H200
+// (2026-12-02, with dQ's conversion ordered alike; the backward at 64 x 1k / 16 x 4k, d128 -2% /
+// +1%, d96 +3% / -5%): not kept.
 template <class T, int D>
 __global__ void __launch_bounds__(RowPass<D>::kThreads)
     delta_kernel(const AttentionBackwardParams p, float* delta, float* dq_accum,
@@ -179,8 +179,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
     acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (valid && part == 0) {
     delta[h * p.total_q + row] = acc;
-    if (dq_states != nullptr)
-      dq_states[row * p.heads + h] = dq_accum != nullptr ? kDqRowsStored : kDqRowsUntouched;
+    if (dq_states != nullptr) dq_states[row * p.heads + h] = kDqRowsUntouched;
   }
 }
 
