@@ -88,6 +88,13 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shar
       "r"(shared), "r"(bytes)
       : "memory");
 }
+// global[0 .. bytes) = shared[0 .. bytes), by the copy engine as a bulk group of this thread; the
+// same alignment and visibility rules as bulk_reduce_add_f32.
+__device__ __forceinline__ void bulk_store(void* global, uint32_t shared, int bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(global),
+               "r"(shared), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
@@ -97,6 +104,18 @@ __device__ __forceinline__ void bulk_commit() {
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's committed bulk groups are incomplete: the others' writes
+// to global memory are done (fence_proxy_async_global then orders them before this thread's
+// later ordinary accesses).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's global-memory accesses through the async proxy (bulk copies and reductions)
+// against its ordinary ones, both ways.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 // Moves registers between warpgroups: a producer gives its share back, consumers take it. All

@@ -141,13 +141,16 @@ struct RowPass {
 };
 
 // Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
-// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass). Blocks by head
-// (grid y), then rows: ordering them heads first (whole rows of dO, O and the accumulator streamed
-// by the blocks running at once) measured mixed on the H200 (2026-12-02, with dQ's conversion
-// ordered alike; the backward at 64 x 1k / 16 x 4k, d128 -2% / +1%, d96 +3% / -5%): not kept.
+// row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass), or with
+// dq_states (the Hopper atomic kernel's claimed dQ rows, hopper_dq_accumulator.cuh) its state word
+// set to untouched. Blocks by head (grid y), then rows: ordering them heads first (whole rows of
+// dO, O and the accumulator streamed by the blocks running at once) measured mixed on the H200
+// (2026-12-02, with dQ's conversion ordered alike; the backward at 64 x 1k / 16 x 4k, d128 -2% /
+// +1%, d96 +3% / -5%): not kept.
 template <class T, int D>
 __global__ void __launch_bounds__(RowPass<D>::kThreads)
-    delta_kernel(const AttentionBackwardParams p, float* delta, float* dq_accum) {
+    delta_kernel(const AttentionBackwardParams p, float* delta, float* dq_accum,
+                 uint32_t* dq_states) {
   const int h = static_cast<int>(blockIdx.y);
   const int64_t row = RowPass<D>::row();
   const int part = RowPass<D>::part();
@@ -174,7 +177,10 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
 #pragma unroll
   for (int off = RowPass<D>::kLanes / 2; off > 0; off /= 2)
     acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (valid && part == 0) delta[h * p.total_q + row] = acc;
+  if (valid && part == 0) {
+    delta[h * p.total_q + row] = acc;
+    if (dq_states != nullptr) dq_states[row * p.heads + h] = kDqRowsUntouched;
+  }
 }
 
 // Atomic-dQ mode, one tile pair: dQ[m0 .. m0 + kQueryStep) += dS K over the block's keys, with dS^T
@@ -677,13 +683,13 @@ dim3 row_pass_grid(const AttentionBackwardParams& p) {
   return dim3(static_cast<unsigned>(groups), static_cast<unsigned>(p.heads));
 }
 
-// Delta, and with dq_accum the accumulator cleared.
+// Delta, with dq_accum the accumulator cleared, with dq_states the state words (delta_kernel).
 template <class T, int D>
 void launch_delta(const AttentionBackwardParams& p, float* delta, float* dq_accum,
-                  cudaStream_t stream) {
+                  uint32_t* dq_states, cudaStream_t stream) {
   if (p.total_q <= 0 || p.heads <= 0) return;
-  delta_kernel<T, D><<<row_pass_grid<D>(p), RowPass<D>::kThreads, 0, stream>>>(p, delta,
-                                                                                  dq_accum);
+  delta_kernel<T, D><<<row_pass_grid<D>(p), RowPass<D>::kThreads, 0, stream>>>(
+      p, delta, dq_accum, dq_states);
   check_launch("the backward delta kernel");
 }
 
@@ -704,7 +710,7 @@ void launch_backward_with(const AttentionBackwardParams& p, void* workspace, cud
   static_assert(Dkdv::kD == Dq::kD, "both passes use one head dim");
   constexpr int D = Dkdv::kD;
   float* delta = static_cast<float*>(workspace);
-  launch_delta<T, D>(p, delta, nullptr, stream);
+  launch_delta<T, D>(p, delta, nullptr, nullptr, stream);
   const int64_t key_slots = slot_count(p.total_k, p.batch, Dkdv::kKeysPerBlock);
   const bool softcap = p.softcap > 0.f;
   float* const no_accum = nullptr;
@@ -726,7 +732,7 @@ void run_atomic_backward(const AttentionBackwardParams& p, void* workspace, cuda
   float* dq_accum =
       reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + delta_workspace_bytes(p));
   if (p.batch <= 0) return;  // no sequence, no row to write (cu_seqlens may then be null)
-  launch_delta<T, D>(p, delta, dq_accum, stream);
+  launch_delta<T, D>(p, delta, dq_accum, nullptr, stream);
   launch_dkdv(static_cast<const float*>(delta), dq_accum, stream);
   // Rows past cu_seqlens_q[batch] are skipped inside, so the grid covers all total_q rows.
   if (p.total_q > 0 && p.heads > 0) {

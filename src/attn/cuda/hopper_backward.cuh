@@ -27,6 +27,7 @@
 #include "attn/cuda/async_pipeline.cuh"
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/hopper_dq.cuh"
+#include "attn/cuda/hopper_dq_accumulator.cuh"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/tensor_map.h"
@@ -72,9 +73,19 @@ namespace varpack::cuda {
 // tile's queries, and P^T and dS^T reach both through shared memory (two buffers, one barrier a
 // tile), from where dV's and dK's products read them: 4 products' work a tile instead of 6, and
 // half of the P^T / dS^T arithmetic per warpgroup.
+// ClaimDqRows (atomic dQ): nothing clears the accumulator; the first block at a group of a query
+// tile's rows stores them, later ones add (hopper_dq_accumulator.cuh); without it the Delta pass
+// clears the accumulator and every block adds. Measured on the H200 (bf16, causal, 16 heads,
+// tile_shapes, interleaved with main's library, two rounds, 2026-12-03 11:00 UTC), TFLOP/s at
+// 64 x 1k / 16 x 4k / 4 x 16k / mixed / 10% padding: d128 344.1 / 471.4 / 531.0 / 436.7 / 452.9
+// against 328.2 / 473.2 / 533.8 / 429.9 / 446.3; d96 289.7 / 407.3 / 466.8 / 371.4 / 388.1 against
+// 276.1 / 407.8 / 467.7 / 364.4 / 385.2; d64 228.3 / 364.5 / 421.3 / 308.4 / 348.0 against 235.9 /
+// 387.2 / 443.1 / 323.3 / 358.6, and there the claims' form with the Delta pass clearing was as
+// slow (the loss is in that form's reducing loop or conversion, not in the claims), so d64 keeps
+// the cleared accumulator.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false>
+          bool TmaPrologue = false, bool ClaimDqRows = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -86,10 +97,11 @@ struct HopperBackwardTile {
   static constexpr bool kSplitColumns = SplitColumns;
   static constexpr bool kPingPong = PingPong;
   // Atomic dQ: producer warps 2 and 3 add dQ to the accumulator, the rows split between them.
-  static constexpr int kReducerWarps = 2;
+  static constexpr int kReducerWarps = kDqReducerWarps;
   static constexpr bool kIssueAhead = IssueAhead;
   static constexpr bool kSplitScores = SplitScores;
   static constexpr bool kTmaPrologue = TmaPrologue;
+  static constexpr bool kClaimDqRows = ClaimDqRows;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -237,7 +249,7 @@ template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 // d96: d128's atomic shape; the dQ products run on d128's columns (K's columns past 96 are zeros)
@@ -247,7 +259,7 @@ struct HopperAtomicBackwardConfig<64> : HopperBackwardTile<64, 128, 2> {};
 // 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead.
 template <>
 struct HopperAtomicBackwardConfig<96>
-    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true> {};
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true> {};
 
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
@@ -264,7 +276,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const float* delta,
-                           float* dq_accum, int64_t slots) {
+                           float* dq_accum, uint32_t* dq_states, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
@@ -428,7 +440,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       cp_async_wait<0>();
     } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
-      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator).
+      // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator),
+      // or stores them where its block is the first at them.
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
       // compute warpgroups' next use of it waits for) as soon as its reductions have read it.
       // Measured on the H200 (bf16, d128, causal, 16 heads, tile_shapes, 2026-12-01 16:52 UTC),
@@ -442,24 +455,73 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // 1, 8 or 16 rows or a whole tile per reduction (equal only at d64 64 x 1k), against this
       // layout in the same call (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
-      const int first_row = static_cast<int>(threadIdx.x) - 64;  // warp 2's lane 0: row 0
+      const int row_group = warp - 2;
+      const int lane = static_cast<int>(threadIdx.x) % 32;
+      // The rows r of the tile with dq_row_group(r) == row_group.
+      const int first_row = row_group * 32 + lane;
       constexpr int kRowStep = 32 * Cfg::kReducerWarps;
       for (int b = 0; b < kBuffers && b < iters; ++b)
         named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       TileCursor cursor{0, 0};
-      for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
-        const int b = it % kBuffers;
-        const int h = hk * group + cursor.head;
-        const int64_t m0 = tile_start(cursor);
-        const int64_t left = seq.q_len - m0;
-        const int rows = left < kBM ? static_cast<int>(left) : kBM;
-        named_barrier_sync(kDqFull + b, kDqHandoff);
-        for (int r = first_row; r < rows; r += kRowStep)
-          bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
-                              sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
-        bulk_commit();
-        bulk_wait_read<0>();
-        if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+      if constexpr (Cfg::kClaimDqRows) {
+        // This warp's rows of a tile (none where it has at most 32 * row_group rows) are stored if
+        // this block is the first there, else added (hopper_dq_accumulator.cuh). The state of the
+        // next tile's rows is read while this tile's are issued: these warps are what the compute
+        // warpgroups wait for (above), and a read of L2 at each tile's start, with the tile's dQ
+        // already waiting, measured 5-8% slower at d64 (2026-12-03).
+        auto state_of = [&](const TileCursor& c) {
+          return dq_states + dq_state_index(seq.q_begin + tile_start(c), row_group, p.heads,
+                                            hk * group + c.head);
+        };
+        auto has_rows = [&](const TileCursor& c) {
+          return row_group * 32 < seq.q_len - tile_start(c);
+        };
+        uint32_t seen = has_rows(cursor) ? peek_dq_rows(state_of(cursor)) : kDqRowsStored;
+        for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
+          const int b = it % kBuffers;
+          const int h = hk * group + cursor.head;
+          const int64_t m0 = tile_start(cursor);
+          const int64_t left = seq.q_len - m0;
+          const int rows = left < kBM ? static_cast<int>(left) : kBM;
+          uint32_t* state = state_of(cursor);
+          named_barrier_sync(kDqFull + b, kDqHandoff);
+          const bool first = first_to_dq_rows(state, seen, lane);
+          // One loop per operation, not the choice inside one loop: the reducing warps have 24
+          // registers, and ptxas spilled inside the loop that chose.
+          float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
+          const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
+          uint32_t src = sDq + b * Cfg::kDqBytes + first_row * Cfg::kDqRowBytes;
+          constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
+          if (first) {
+            for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
+              bulk_store(dst, src, kDataD * 4);
+          } else {
+            for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
+              bulk_reduce_add_f32(dst, src, kDataD * 4);
+          }
+          bulk_commit();
+          TileCursor next = cursor;
+          next.step(m_tiles);
+          seen = it + 1 < iters && has_rows(next) ? peek_dq_rows(state_of(next)) : kDqRowsStored;
+          bulk_wait_read<0>();
+          if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+          if (first) publish_dq_rows(state, lane);
+        }
+      } else {
+        for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
+          const int b = it % kBuffers;
+          const int h = hk * group + cursor.head;
+          const int64_t m0 = tile_start(cursor);
+          const int64_t left = seq.q_len - m0;
+          const int rows = left < kBM ? static_cast<int>(left) : kBM;
+          named_barrier_sync(kDqFull + b, kDqHandoff);
+          for (int r = first_row; r < rows; r += kRowStep)
+            bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
+                                sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
+          bulk_commit();
+          bulk_wait_read<0>();
+          if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+        }
       }
       bulk_wait_read<0>();
     }
@@ -811,10 +873,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// The Hopper kernel over (key slot, kv head): dK and dV, and with kAtomicDq dQ into dq_accum.
+// The Hopper kernel over (key slot, kv head): dK and dV, and with kAtomicDq dQ into dq_accum
+// (with its state words dq_states: hopper_dq_accumulator.cuh).
 template <class T, class Cfg, bool kAtomicDq>
 void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, float* dq_accum,
-                        cudaStream_t stream) {
+                        uint32_t* dq_states, cudaStream_t stream) {
   constexpr int D = Cfg::kDataD;  // the tensor maps' boxes fill the columns past it with zeros
   const int64_t key_slots = slot_count(p.total_k, p.batch, Cfg::kKeysPerBlock);
   if (key_slots <= 0 || p.kv_heads <= 0) return;
@@ -838,22 +901,44 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
-                       delta, dq_accum);
+                       delta, dq_accum, dq_states);
 }
 
-// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). dQ's
-// conversion stays a pass of its own: done inside this kernel (the block that completes a query
-// tile's dQ converts it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200,
-// d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 /
-// 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
-// (bench/results/cuda.md, 2026-12-01).
+// The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With
+// Cfg::kClaimDqRows: Delta (and the accumulator's state words set to untouched), the kernel, then
+// dQ's conversion by query tiles (workspace: Delta, the accumulator, its state words:
+// dq_accum_workspace_bytes); without: Delta clearing the accumulator, the kernel, the conversion
+// by rows (run_atomic_backward). The conversion stays a pass of its own: done inside this kernel
+// (the block that completes a query tile's dQ converts it, after its dK and dV; branch
+// wip/dq-fold) it measured slower on the H200, d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 /
+// 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 /
+// 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md, 2026-12-01).
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
-  run_atomic_backward<T, Cfg::kDataD>(p, workspace, stream,
-                                      [&](const float* delta, float* dq_accum, cudaStream_t s) {
-                                        launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, s);
-                                      });
+  if constexpr (!Cfg::kClaimDqRows) {
+    run_atomic_backward<T, Cfg::kDataD>(
+        p, workspace, stream, [&](const float* delta, float* dq_accum, cudaStream_t s) {
+          launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, nullptr, s);
+        });
+  } else {
+    if (p.batch <= 0) return;  // no sequence, no row to write (cu_seqlens may then be null)
+    unsigned char* bytes = static_cast<unsigned char*>(workspace);
+    float* delta = reinterpret_cast<float*>(bytes);
+    float* dq_accum = reinterpret_cast<float*>(bytes + delta_workspace_bytes(p));
+    uint32_t* dq_states =
+        reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
+    launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
+    launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
+    const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
+    if (query_slots > 0 && p.heads > 0) {
+      const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
+      dq_convert_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep>
+          <<<grid, RowPass<Cfg::kDataD>::kThreads, 0, stream>>>(p, dq_accum, dq_states,
+                                                                 query_slots);
+      check_launch("the backward dQ conversion kernel");
+    }
+  }
 }
 
 // The two-pass backward on Hopper with an explicit dK/dV shape (the experiments time several):
@@ -862,8 +947,8 @@ template <class T, class Cfg>
 void launch_hopper_two_passes_with(const AttentionBackwardParams& p, void* workspace,
                                    cudaStream_t stream) {
   float* delta = static_cast<float*>(workspace);
-  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, stream);
-  launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, stream);
+  launch_delta<T, Cfg::kDataD>(p, delta, nullptr, nullptr, stream);
+  launch_hopper_dkdv<T, Cfg, false>(p, delta, nullptr, nullptr, stream);
   launch_hopper_dq_pass<T, HopperDqConfig<Cfg::kDataD>>(p, delta, stream);
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "varpack/attention.h"
 
@@ -27,10 +28,22 @@ inline size_t delta_workspace_bytes(const AttentionBackwardParams& p) {
       static_cast<size_t>(p.heads) * static_cast<size_t>(p.total_q) * sizeof(float);
   return (bytes + 255) / 256 * 256;
 }
-inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
+// The atomic mode's fp32 dQ accumulator [total_q, heads, head_dim] (dq_accum_bytes), then a state
+// word per (query row, head), which the Hopper kernel keeps instead of a cleared accumulator
+// (hopper_dq_accumulator.cuh).
+inline size_t dq_accum_bytes(const AttentionBackwardParams& p) {
   return static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) *
          static_cast<size_t>(p.head_dim) * sizeof(float);
 }
+inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
+  return dq_accum_bytes(p) +
+         static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) * sizeof(uint32_t);
+}
+enum DqRowsState : uint32_t {
+  kDqRowsUntouched = 0,  // cleared by the Delta pass: no block has stored the rows
+  kDqRowsStoring = 1,    // claimed: the first block's bulk copies are on their way
+  kDqRowsStored = 2,     // in memory: later blocks add to them
+};
 
 #define VARPACK_DECLARE_INSTANCE(T, D)                                                        \
   template <>                                                                                \

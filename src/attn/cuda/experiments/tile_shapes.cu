@@ -170,6 +170,12 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 atomic, not ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
+      // The dQ accumulator cleared by the Delta pass and every block adding (d128's and d96's
+      // library kernels before 2026-12-03 12:00 UTC), and d64's kernel with claimed dQ rows
+      // (HopperBackwardTile's ClaimDqRows).
+      {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
+      {"wgmma bwd d96 cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 96},
+      {"wgmma bwd d64 claimed dQ rows", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d256 all-thread prologue", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, false, true, true>>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d64 two passes (lib det)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<64>>(p, ws, nullptr); }, false, 64},
