@@ -32,8 +32,9 @@ void attention_forward_cuda(const AttentionParams& params, cudaStream_t stream);
 
 // Bytes of device workspace attention_backward_cuda needs for these params on the current device:
 // fp32 per query row and head, plus with deterministic == false an fp32 dQ accumulator
-// (4 * total_q * heads * head_dim), except on Hopper at head dims 64, 96 and 256 (their backward
-// computes dQ in a pass of its own there, without atomics, in both modes).
+// (4 * total_q * heads * head_dim) and a 4-byte word per query row and head, except on Hopper at
+// head dim 256 (its backward computes dQ in a pass of its own there, without atomics, in both
+// modes).
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& params);
 
 // dq, dk, dv for every row in a sequence; rows past cu_seqlens[batch] are not written.

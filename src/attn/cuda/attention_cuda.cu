@@ -83,7 +83,8 @@ void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {
 
 size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& p) {
   // Delta = rowsum(dO * O), fp32 [heads, total_q]; the atomic mode adds its fp32 dQ accumulator
-  // (dQ's size in fp32, 268 MB at 64k tokens x 16 heads x 64) where its kernels use one.
+  // (dQ's size in fp32, 268 MB at 64k tokens x 16 heads x 64) and the Hopper kernel's state words
+  // (instances.h) where its kernels use one.
   const bool two_passes = p.deterministic || (cuda::use_hopper_kernels() &&
                                               cuda::hopper_backward_two_passes_only(p.head_dim));
   if (two_passes) return cuda::delta_workspace_bytes(p);

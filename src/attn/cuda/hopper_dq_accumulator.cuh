@@ -1,5 +1,6 @@
-// The Hopper atomic backward's fp32 dQ accumulator, which nothing clears. Clearing it (dQ's size
-// in fp32: 512 MB at 64k tokens x 16 heads x 128) took half of the Delta pass's time. Instead, for
+// The Hopper atomic backward's fp32 dQ accumulator at d128 and d96 (HopperBackwardTile's
+// ClaimDqRows), which nothing clears. Clearing it (dQ's size in fp32: 512 MB at 64k tokens x 16
+// heads x 128) took half of the Delta pass's time. Instead, for
 // each group of a query tile's rows that one reducing warp adds (see dq_row_group), the first
 // block to get there stores its dQ rows with bulk copies, and every later block adds to them with
 // bulk reductions once they are in memory. A state word per group, in the workspace at the
@@ -86,7 +87,8 @@ __device__ __forceinline__ void publish_dq_rows(uint32_t* state, int lane) {
 
 // dq[i, h, :] = scale * accumulator in the output type for every row of every sequence, by query
 // tiles of kTileRows rows (the backward's query step, whose row groups the states follow). Row
-// groups still untouched are written as zeros. Grid: (slot_count(total_q, batch, kTileRows), heads).
+// groups still untouched are written as zeros.
+// Grid: (slot_count(total_q, batch, kTileRows), heads).
 template <class T, int D, int kTileRows>
 __global__ void __launch_bounds__(RowPass<D>::kThreads)
     dq_convert_tiles_kernel(const AttentionBackwardParams p, const float* dq_accum,

@@ -29,8 +29,8 @@ inline size_t delta_workspace_bytes(const AttentionBackwardParams& p) {
   return (bytes + 255) / 256 * 256;
 }
 // The atomic mode's fp32 dQ accumulator [total_q, heads, head_dim] (dq_accum_bytes), then a state
-// word per (query row, head), which the Hopper kernel keeps instead of a cleared accumulator
-// (hopper_dq_accumulator.cuh).
+// word per (query row, head), which the Hopper kernel at d128 and d96 keeps instead of a cleared
+// accumulator (hopper_dq_accumulator.cuh).
 inline size_t dq_accum_bytes(const AttentionBackwardParams& p) {
   return static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) *
          static_cast<size_t>(p.head_dim) * sizeof(float);
