@@ -468,7 +468,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // this block is the first there, else added (hopper_dq_accumulator.cuh). The state of the
         // next tile's rows is read while this tile's are issued: these warps are what the compute
         // warpgroups wait for (above), and a read of L2 at each tile's start, with the tile's dQ
-        // already waiting, measured 5-8% slower at d64 (2026-12-03).
+        // already waiting, measured 0.3-1.6% slower at d128, 2-6% at d96 (H200, 2026-12-03, two
+        // calls whose base measured alike; bench/results/cuda.md).
         auto state_of = [&](const TileCursor& c) {
           return dq_states + dq_state_index(seq.q_begin + tile_start(c), row_group, p.heads,
                                             hk * group + c.head);
