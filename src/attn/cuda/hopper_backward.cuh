@@ -80,9 +80,9 @@ namespace varpack::cuda {
 // 64 x 1k / 16 x 4k / 4 x 16k / mixed / 10% padding: d128 344.1 / 471.4 / 531.0 / 436.7 / 452.9
 // against 328.2 / 473.2 / 533.8 / 429.9 / 446.3; d96 289.7 / 407.3 / 466.8 / 371.4 / 388.1 against
 // 276.1 / 407.8 / 467.7 / 364.4 / 385.2; d64 228.3 / 364.5 / 421.3 / 308.4 / 348.0 against 235.9 /
-// 387.2 / 443.1 / 323.3 / 358.6, and there the claims' form with the Delta pass clearing was as
-// slow (the loss is in that form's reducing loop or conversion, not in the claims), so d64 keeps
-// the cleared accumulator.
+// 387.2 / 443.1 / 323.3 / 358.6, and there the claims' code with the Delta pass clearing was as
+// slow (so the loss lies in what both share and this kernel without claims lacks: the conversion
+// by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false>

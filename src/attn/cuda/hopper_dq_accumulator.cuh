@@ -1,13 +1,13 @@
 // The Hopper atomic backward's fp32 dQ accumulator at d128 and d96 (HopperBackwardTile's
 // ClaimDqRows), which nothing clears. Clearing it (dQ's size in fp32: 512 MB at 64k tokens x 16
-// heads x 128) took half of the Delta pass's time. Instead, for
-// each group of a query tile's rows that one reducing warp adds (see dq_row_group), the first
-// block to get there stores its dQ rows with bulk copies, and every later block adds to them with
-// bulk reductions once they are in memory. A state word per group, in the workspace at the
-// group's first row + its reducing warp (rows m0 and m0 + 1 of a tile of at least 33 rows, so two
-// groups never share one), cleared by the Delta pass, says where it stands. Groups that no block
-// reaches (no key visible to their tile) stay untouched, and the conversion writes their dQ as
-// zeros without reading the accumulator.
+// heads x 128) took half of the Delta pass's time. Instead, for each group of a query tile's rows
+// that one reducing warp adds (see dq_row_group), the first block to get there stores its dQ rows
+// with bulk copies, and every later block adds to them with bulk reductions once they are in
+// memory. A state word per group, in the workspace at the group's first row + its reducing warp
+// (rows m0 and m0 + 1 of a tile of at least 33 rows, so two groups never share one), set to
+// untouched by the Delta pass, says where it stands. Groups that no block reaches (no key visible
+// to their tile) stay untouched, and the conversion writes their dQ as zeros without reading the
+// accumulator.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
       // The dQ accumulator cleared by the Delta pass and every block adding (d128's and d96's
-      // library kernels before 2026-12-03 12:00 UTC), and d64's kernel with claimed dQ rows
+      // library kernels before 6978c1e, 2026-12-03), and d64's kernel with claimed dQ rows
       // (HopperBackwardTile's ClaimDqRows).
       {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd d96 cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 96},
