@@ -252,6 +252,18 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
     }
 }
 
+// dq[row, h, part * 8 .. + 8) = scale * (x, y) in the output type (the atomic mode's conversion,
+// by rows here and by query tiles in hopper_dq_accumulator.cuh).
+template <class T>
+__device__ __forceinline__ void store_dq_part(const AttentionBackwardParams& p, int64_t row, int h,
+                                              int part, float4 x, float4 y) {
+  const float c = p.softmax_scale;
+  const uint4 packed = make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
+                                  Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_row_stride + h * p.dq_head_stride +
+                            part * 8) = packed;
+}
+
 // Atomic-dQ mode, last step: dq[i, h, :] = scale * dq_accum[i, h, :] in the output type, for the
 // rows of every sequence (cu_seqlens_q[batch] read on the device; rows past it are not written).
 template <class T, int D>
@@ -263,12 +275,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   if (row >= p.total_q || part >= RowPass<D>::kParts || row >= p.cu_seqlens_q[p.batch]) return;
   const float4* src =
       reinterpret_cast<const float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
-  const float4 x = src[0], y = src[1];
-  const float c = p.softmax_scale;
-  const uint4 packed = make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
-                                  Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_row_stride + h * p.dq_head_stride +
-                            part * 8) = packed;
+  store_dq_part<T>(p, row, h, part, src[0], src[1]);
 }
 
 // Queues the lse and Delta of query rows [m0, m0 + kRows) of head h into stage `stage` of the

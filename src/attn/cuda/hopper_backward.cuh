@@ -463,30 +463,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int b = 0; b < kBuffers && b < iters; ++b)
         named_barrier_arrive(kDqEmpty + b, kDqHandoff);
       TileCursor cursor{0, 0};
-      if constexpr (Cfg::kClaimDqRows) {
-        // This warp's rows of a tile (none where it has at most 32 * row_group rows) are stored if
-        // this block is the first there, else added (hopper_dq_accumulator.cuh). The state of the
-        // next tile's rows is read while this tile's are issued: these warps are what the compute
-        // warpgroups wait for (above), and a read of L2 at each tile's start, with the tile's dQ
-        // already waiting, measured 0.3-1.6% slower at d128, 2-6% at d96 (H200, 2026-12-03, two
-        // calls whose base measured alike; bench/results/cuda.md).
-        auto state_of = [&](const TileCursor& c) {
-          return dq_states + dq_state_index(seq.q_begin + tile_start(c), row_group, p.heads,
-                                            hk * group + c.head);
-        };
-        auto has_rows = [&](const TileCursor& c) {
-          return row_group * 32 < seq.q_len - tile_start(c);
-        };
-        uint32_t seen = has_rows(cursor) ? peek_dq_rows(state_of(cursor)) : kDqRowsStored;
-        for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
-          const int b = it % kBuffers;
-          const int h = hk * group + cursor.head;
-          const int64_t m0 = tile_start(cursor);
-          const int64_t left = seq.q_len - m0;
-          const int rows = left < kBM ? static_cast<int>(left) : kBM;
-          uint32_t* state = state_of(cursor);
-          named_barrier_sync(kDqFull + b, kDqHandoff);
-          const bool first = first_to_dq_rows(state, seen, lane);
+      // With claims (Cfg::kClaimDqRows), this warp's rows of a tile (none where it has at most
+      // 32 * row_group rows) are stored if this block is the first there, else added
+      // (hopper_dq_accumulator.cuh). The state of the next tile's rows is read while this tile's
+      // are issued: these warps are what the compute warpgroups wait for (above), and a read of L2
+      // at each tile's start, with the tile's dQ already waiting, measured 0.3-1.6% slower at
+      // d128, 2-6% at d96 (H200, 2026-12-03, two calls whose base measured alike;
+      // bench/results/cuda.md).
+      auto state_of = [&](const TileCursor& c) {
+        return dq_states + dq_state_index(seq.q_begin + tile_start(c), row_group, p.heads,
+                                          hk * group + c.head);
+      };
+      auto has_rows = [&](const TileCursor& c) {
+        return row_group * 32 < seq.q_len - tile_start(c);
+      };
+      uint32_t seen = kDqRowsStored;
+      if constexpr (Cfg::kClaimDqRows)
+        if (has_rows(cursor)) seen = peek_dq_rows(state_of(cursor));
+      for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
+        const int b = it % kBuffers;
+        const int h = hk * group + cursor.head;
+        const int64_t m0 = tile_start(cursor);
+        const int64_t left = seq.q_len - m0;
+        const int rows = left < kBM ? static_cast<int>(left) : kBM;
+        [[maybe_unused]] uint32_t* state = state_of(cursor);
+        named_barrier_sync(kDqFull + b, kDqHandoff);
+        bool first = false;
+        if constexpr (Cfg::kClaimDqRows) {
+          first = first_to_dq_rows(state, seen, lane);
           // One loop per operation, not the choice inside one loop: the reducing warps have 24
           // registers, and ptxas spilled inside the loop that chose.
           float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
@@ -500,29 +504,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
               bulk_reduce_add_f32(dst, src, kDataD * 4);
           }
-          bulk_commit();
-          TileCursor next = cursor;
-          next.step(m_tiles);
-          seen = it + 1 < iters && has_rows(next) ? peek_dq_rows(state_of(next)) : kDqRowsStored;
-          bulk_wait_read<0>();
-          if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
-          if (first) publish_dq_rows(state, lane);
-        }
-      } else {
-        for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
-          const int b = it % kBuffers;
-          const int h = hk * group + cursor.head;
-          const int64_t m0 = tile_start(cursor);
-          const int64_t left = seq.q_len - m0;
-          const int rows = left < kBM ? static_cast<int>(left) : kBM;
-          named_barrier_sync(kDqFull + b, kDqHandoff);
+        } else {
           for (int r = first_row; r < rows; r += kRowStep)
             bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
                                 sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
-          bulk_commit();
-          bulk_wait_read<0>();
-          if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
         }
+        bulk_commit();
+        if constexpr (Cfg::kClaimDqRows) {
+          TileCursor next = cursor;
+          next.step(m_tiles);
+          seen = it + 1 < iters && has_rows(next) ? peek_dq_rows(state_of(next)) : kDqRowsStored;
+        }
+        bulk_wait_read<0>();
+        if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+        if (first) publish_dq_rows(state, lane);
       }
       bulk_wait_read<0>();
     }

@@ -102,7 +102,6 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   const int rows = left < kTileRows ? static_cast<int>(left) : kTileRows;
   const int part = RowPass<D>::part();
   if (part >= RowPass<D>::kParts) return;
-  const float c = p.softmax_scale;
   for (int r = static_cast<int>(threadIdx.x) / RowPass<D>::kLanes; r < rows;
        r += RowPass<D>::kRows) {
     const int64_t row = tile_row + r;
@@ -113,11 +112,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
       x = src[0];
       y = src[1];
     }
-    const uint4 packed =
-        make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
-                   Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
-    *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_row_stride +
-                              h * p.dq_head_stride + part * 8) = packed;
+    store_dq_part<T>(p, row, h, part, x, y);
   }
 }
 
