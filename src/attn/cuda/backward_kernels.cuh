@@ -100,17 +100,16 @@ struct DkdvConfig<256> : DkdvTile<256, 8, 32, 2> {};
 template <>
 struct DqConfig<256> : DqTile<256, 4, 16, false> {};
 
-// As in the forward, P = exp2(raw * c - lse * log2(e)) with raw = q.k and c = scale * log2(e), or
-// raw = softcap * tanh(scale * q.k / softcap) and c = log2(e). slope = d(score) / d(q.k) / scale:
-// 1, or 1 - tanh^2 with softcap; the common factor `scale` is applied once to dK and dQ at the end.
-// scale / softcap is hoisted out of the loops (raw_score says why).
+// As in the forward (raw_score), P = exp2(raw * c - lse * log2(e)) with raw = q.k and c = scale *
+// log2(e), or raw = tanh(scale * q.k / softcap) and c = softcap * log2(e). slope = d(score) /
+// d(q.k) / scale: 1, or 1 - tanh^2 with softcap; the common factor `scale` is applied once to dK
+// and dQ at the end.
 template <bool kSoftcap>
 __device__ __forceinline__ void raw_and_slope(float s, float scale, float softcap, float& raw,
                                               float& slope) {
   if constexpr (kSoftcap) {
-    const float t = fast_tanh(s * (scale / softcap));
-    raw = softcap * t;
-    slope = 1.f - t * t;
+    raw = fast_tanh(s * (scale / softcap));
+    slope = 1.f - raw * raw;
   } else {
     raw = s;
     slope = 1.f;
@@ -354,7 +353,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
-  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float c_log2 = raw_to_log2<kSoftcap>(p);
   // This warp's 16 keys, and its part of their dK and dV columns.
   const int key_warp = warp / Cfg::kColSplit;
   const int col0 = warp % Cfg::kColSplit * Cfg::kDkdvCols;
@@ -536,7 +535,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
-  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float c_log2 = raw_to_log2<kSoftcap>(p);
 
   // This thread's two query rows: their lse, delta and visible key ranges.
   float lse_log2[2], dlt[2];

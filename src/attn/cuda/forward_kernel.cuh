@@ -59,15 +59,23 @@ struct ForwardConfig<256> : ForwardTile<256, 8, 1, 32, false> {};
 
 // The softmax runs on "raw" scores r with probabilities exp2(r * c - max * c): without softcap r is
 // q.k itself and c = scale * log2(e), so the scale costs nothing (one FFMA per element, as the
-// exp2 needs a subtraction anyway; it needs scale > 0, checked on the host); with softcap,
-// r = softcap * tanh(scale * q.k / softcap) and c = log2(e). scale / softcap, both kernel
-// parameters, is hoisted out of the tile loops; (s * scale) / softcap would divide every score
-// (a division is some ten instructions: the Hopper forward with softcap ran at 219 TFLOP/s
-// against 569 without, 16 x 4k, 2026-12-01 11:20 UTC; with this, 467 at 11:25 UTC).
+// exp2 needs a subtraction anyway; it needs scale > 0, checked on the host); with softcap, the
+// score softcap * tanh(scale * q.k / softcap) is taken as r = tanh(scale * q.k / softcap) and
+// c = softcap * log2(e), so that softcap's multiply rides in the same FFMA (tanh is increasing and
+// softcap > 0, so the row maxima are the same keys'). scale / softcap, both kernel parameters, is
+// hoisted out of the tile loops; (s * scale) / softcap would divide every score (a division is some
+// ten instructions: the Hopper forward with softcap ran at 219 TFLOP/s against 569 without, 16 x
+// 4k, 2026-12-01 11:20 UTC; with this, 467 at 11:25 UTC).
 template <bool kSoftcap>
 __device__ __forceinline__ float raw_score(float s, float scale, float softcap) {
-  if constexpr (kSoftcap) return softcap * fast_tanh(s * (scale / softcap));
+  if constexpr (kSoftcap) return fast_tanh(s * (scale / softcap));
   return s;
+}
+
+// c above: what a raw score is multiplied by to give exp2's argument.
+template <bool kSoftcap, class Params>
+__device__ __forceinline__ float raw_to_log2(const Params& p) {
+  return kSoftcap ? p.softcap * kLog2e : p.softmax_scale * kLog2e;
 }
 
 template <class T, class Cfg, bool kSoftcap>
@@ -128,7 +136,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   for (int mt = 0; mt < RT; ++mt)
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float c_log2 = raw_to_log2<kSoftcap>(p);
   // row sums are per thread; reduced over the quad at the end
   float row_max[RT][2], row_sum[RT][2];
 #pragma unroll

@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int lane = ctid % 32;
   const int g = lane / 4;
   const int qd = lane % 4;
-  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float c_log2 = raw_to_log2<kSoftcap>(p);
   const float* stat = reinterpret_cast<const float*>(smem_raw + (sStat - raw_addr));
   // This warpgroup's 64 keys in each column block, its first dK/dV column block, and its warps'
   // first keys.

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp_row = warp * 16;
   // Q and dO from this warpgroup's 64 rows in each column block.
   const GmmaOperand<true> q_rows(sQ + wg * 64 * 128, 0), do_rows(sdO + wg * 64 * 128, 0);
-  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float c_log2 = raw_to_log2<kSoftcap>(p);
 
   // This thread's two query rows: their lse, Delta and visible key ranges (an invalid row sees
   // no key, so its dS is 0).

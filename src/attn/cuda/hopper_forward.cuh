@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp_row = warp * 16;
 
   float o[D / 2];
-  const float c_log2 = kSoftcap ? kLog2e : p.softmax_scale * kLog2e;
+  const float c_log2 = raw_to_log2<kSoftcap>(p);
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
   // This warpgroup's 64 rows in each column block of the current item's Q.
   uint32_t q_rows = sQ + wg * 64 * 128;

@@ -1,8 +1,9 @@
 // Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
 // mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64, 256 and 96,
-// causal; some forward variants with softcap 30), and checks each against the first of its kind at
-// its head dim (max |difference|), so that a shape change in HopperForwardConfig /
+// causal; some variants with softcap 30: the backward's timed on the uncapped forward's output and
+// lse, its gradients checked by the standalone test), and checks each against the first of its
+// kind at its head dim (max |difference|), so that a shape change in HopperForwardConfig /
 // HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
 // it, or any of its '|'-separated parts (e.g. "bwd", "(lib|lazy"); TUNE_POINTS=16x4k,4x16k keeps
@@ -57,7 +58,7 @@ struct Variant {
   std::function<void(const AttentionBackwardParams&, void*)> run;
   bool forward;
   int d;                 // head dim
-  bool softcap = false;  // run with softcap 30 (a forward checked against the first such)
+  bool softcap = false;  // run with softcap 30 (checked against the first such of its direction)
 };
 
 // The persistent forward's work counter (one int32 of device memory, zeroed by each launch).
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
+      {"wgmma bwd softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128, true},
       // The prologue of all threads (K, V and the first query tile by cp.async, then a block-wide
       // wait; the library's before TmaPrologue), and the deterministic mode's dK/dV with TmaPrologue.
       {"wgmma bwd all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
@@ -257,7 +259,7 @@ int main(int argc, char** argv) {
       const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
       for (size_t j = 0; j < which.size(); ++j) best[which[j]] = medians[j];
-      std::vector<uint16_t> ref_out, ref_capped, ref_grads;
+      std::vector<uint16_t> ref_out, ref_capped, ref_grads, ref_capped_grads;
       for (size_t i = 0; i < variants.size(); ++i) {
         const Variant& var = variants[i];
         if (var.d != d) continue;
@@ -273,7 +275,8 @@ int main(int argc, char** argv) {
           got.insert(got.end(), a.begin(), a.end());
           got.insert(got.end(), b.begin(), b.end());
         }
-        std::vector<uint16_t>& ref = !var.forward ? ref_grads : var.softcap ? ref_capped : ref_out;
+        std::vector<uint16_t>& ref = var.forward ? (var.softcap ? ref_capped : ref_out)
+                                                 : (var.softcap ? ref_capped_grads : ref_grads);
         if (ref.empty()) ref = got;
         std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
                     (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
