@@ -22,6 +22,8 @@
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s;
+#   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
+#   call (at the power cap, where training runs);
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
 #   sent with the run tool's carry), the two binaries run in turn, twice each, to compare the
 #   library's variants across a change that the experiments cannot hold side by side);

@@ -7,10 +7,13 @@
 // HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
 // it, or any of its '|'-separated parts (e.g. "bwd", "(lib|lazy"); TUNE_POINTS=16x4k,4x16k keeps
-// those points (so that a call's time goes to the variants and points that decide something).
+// those points (so that a call's time goes to the variants and points that decide something);
+// TUNE_SUSTAIN_S=2 also runs each variant back to back for 2 s a point and prints its time, energy
+// (NVML) and power per call there, the state the power cap sets in training (energy_meter.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +30,7 @@
 #include "attn/cuda/hopper_forward.cuh"
 #include "attn/cuda/bench_problem.h"
 #include "attn/cuda/check_cuda.h"
+#include "attn/cuda/experiments/energy_meter.h"
 
 namespace {
 
@@ -60,6 +64,36 @@ struct Variant {
   int d;                 // head dim
   bool softcap = false;  // run with softcap 30 (checked against the first such of its direction)
 };
+
+// Time and energy per call of f over `seconds` of calls queued back to back (the host waits every
+// 20 calls, so the queue stays short), after 3 warm-up calls.
+struct Sustained {
+  double ms = 0, joules = 0;
+};
+Sustained sustained(const std::function<void()>& f, double seconds,
+                    const bench::EnergyMeter& meter) {
+  for (int i = 0; i < 3; ++i) f();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  const uint64_t mj0 = meter.millijoules();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_CUDA(cudaEventRecord(a));
+  int calls = 0;
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    f();
+    if (++calls % 20 == 0) CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  CHECK_CUDA(cudaEventRecord(b));
+  CHECK_CUDA(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+  const uint64_t mj1 = meter.millijoules();
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  return {ms / calls, (mj1 - mj0) / 1000.0 / calls};
+}
 
 // The persistent forward's work counter (one int32 of device memory, zeroed by each launch).
 int* work_counter = nullptr;
@@ -234,7 +268,14 @@ int main(int argc, char** argv) {
     else if (d == 256) launch_forward<T, 256>(p, nullptr);
     else launch_forward<T, 64>(p, nullptr);
   };
-  std::printf("%-36s %-7s %9s %9s %12s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|");
+  const char* sustain_env = std::getenv("TUNE_SUSTAIN_S");
+  const double sustain_s = sustain_env != nullptr ? std::atof(sustain_env) : 0.0;
+  const bench::EnergyMeter meter;
+  if (sustain_s > 0 && !meter.available())
+    std::printf("TUNE_SUSTAIN_S: no NVML energy counter here; times only\n");
+  std::printf("%-36s %-7s %9s %9s %12s%s\n", "variant", "point", "ms", "TFLOP/s", "max|diff|",
+              sustain_s > 0 ? "  sustained: ms, J, W per call" : "");
+  int point_number = 0;
   for (const int d : head_dims) {
     const bench::BenchProblem problem(heads, d, rows);
     for (const Point& pt : points) {
@@ -259,6 +300,15 @@ int main(int argc, char** argv) {
       const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
       for (size_t j = 0; j < which.size(); ++j) best[which[j]] = medians[j];
+      // Each variant's seconds back to back, the first one a place later at each point, so that
+      // none always runs first (coolest) or right after the heaviest.
+      std::vector<Sustained> held(variants.size());
+      if (sustain_s > 0)
+        for (size_t j = 0; j < which.size(); ++j) {
+          const size_t k = (j + point_number) % which.size();
+          held[which[k]] = sustained(calls[k], sustain_s, meter);
+        }
+      ++point_number;
       std::vector<uint16_t> ref_out, ref_capped, ref_grads, ref_capped_grads;
       for (size_t i = 0; i < variants.size(); ++i) {
         const Variant& var = variants[i];
@@ -278,8 +328,12 @@ int main(int argc, char** argv) {
         std::vector<uint16_t>& ref = var.forward ? (var.softcap ? ref_capped : ref_out)
                                                  : (var.softcap ? ref_capped_grads : ref_grads);
         if (ref.empty()) ref = got;
-        std::printf("%-36s %-7s %9.3f %9.1f %12.3e\n", var.name.c_str(), pt.name.c_str(), ms,
+        std::printf("%-36s %-7s %9.3f %9.1f %12.3e", var.name.c_str(), pt.name.c_str(), ms,
                     (var.forward ? 1.0 : 2.5) * flops / ms / 1e9, max_diff(ref, got));
+        if (sustain_s > 0)
+          std::printf("  %9.3f %8.4f %5.0f", held[i].ms, held[i].joules,
+                      held[i].joules / (held[i].ms / 1e3));
+        std::printf("\n");
       }
     }
   }
