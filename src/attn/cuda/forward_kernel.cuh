@@ -62,10 +62,12 @@ struct ForwardConfig<256> : ForwardTile<256, 8, 1, 32, false> {};
 // exp2 needs a subtraction anyway; it needs scale > 0, checked on the host); with softcap, the
 // score softcap * tanh(scale * q.k / softcap) is taken as r = tanh(scale * q.k / softcap) and
 // c = softcap * log2(e), so that softcap's multiply rides in the same FFMA (tanh is increasing and
-// softcap > 0, so the row maxima are the same keys'). scale / softcap, both kernel parameters, is
-// hoisted out of the tile loops; (s * scale) / softcap would divide every score (a division is some
-// ten instructions: the Hopper forward with softcap ran at 219 TFLOP/s against 569 without, 16 x
-// 4k, 2026-12-01 11:20 UTC; with this, 467 at 11:25 UTC).
+// softcap > 0, so the row maxima are the same keys'; measured on the H200, tile_shapes against the
+// previous form, two rounds, 2026-12-03 13:00 UTC: d128 forward with softcap +4-6% from 4k, even
+// at 64 x 1k, its backward +0.3-1%). scale / softcap, both kernel parameters, is hoisted out of
+// the tile loops; (s * scale) / softcap would divide every score (a division is some ten
+// instructions: the Hopper forward with softcap ran at 219 TFLOP/s against 569 without, 16 x 4k,
+// 2026-12-01 11:20 UTC; with this, 467 at 11:25 UTC).
 template <bool kSoftcap>
 __device__ __forceinline__ float raw_score(float s, float scale, float softcap) {
   if constexpr (kSoftcap) return fast_tanh(s * (scale / softcap));

@@ -21,7 +21,8 @@ class EnergyMeter {
     using Init = int (*)();
     using ByBusId = int (*)(const char*, void**);
     const auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
-    const auto by_bus_id = reinterpret_cast<ByBusId>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    const auto by_bus_id =
+        reinterpret_cast<ByBusId>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     const auto energy = reinterpret_cast<Energy>(dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption"));
     // NVML numbers devices its own way: the CUDA device is found by its PCI bus id.
     int device = 0;

@@ -81,10 +81,10 @@ Sustained sustained(const std::function<void()>& f, double seconds,
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_CUDA(cudaEventRecord(a));
   int calls = 0;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+  do {  // at least one call, however short `seconds`
     f();
     if (++calls % 20 == 0) CHECK_CUDA(cudaDeviceSynchronize());
-  }
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds);
   CHECK_CUDA(cudaEventRecord(b));
   CHECK_CUDA(cudaEventSynchronize(b));
   float ms = 0;
