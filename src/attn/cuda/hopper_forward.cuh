@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
+#include "attn/cuda/exp2_fma.cuh"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/kv_rings.cuh"
@@ -73,7 +74,8 @@ struct ForwardWork {
 // HopperForwardLongD64.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
-          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false>
+          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
+          int Exp2OnFmaEvery = 0>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -114,6 +116,9 @@ struct HopperForwardTile {
   // RowLimitMask: a partly visible tile's mask as two bounds per row, relative to the thread's
   // first key (one compare a score where no window's left edge falls in the tile).
   static constexpr bool kRowLimitMask = RowLimitMask;
+  // Exp2OnFmaEvery = k > 0: the softmax's exponentials of every k-th key octet of a tile on the
+  // FP32 pipe (exp2_on_fma) instead of the MUFU pipe, which softcap's tanh shares (exp2_fma.cuh).
+  static constexpr int kExp2OnFmaEvery = Exp2OnFmaEvery;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -202,6 +207,16 @@ struct HopperForwardTile {
 //   442.8 / 487.1 (and 407.3 / 534.8 / 589.2 / 463.4): 1-1.5% slower from 4k, where it has few
 //   masked tiles (its loop: 837 instructions with both of the mask's paths, against 736). So two
 //   Q buffers at d64, d96 and d128, the row-limit mask at d64 and d96.
+// - Tried on 2026-12-03 (tile_shapes, persistent, d128, TFLOP/s and, over 2 s of calls back to
+//   back, joules per call, at 64 x 1k / 16 x 4k / 4 x 16k / mixed; cuda.md), none kept: Q in
+//   registers (S = Q K^T from registers and K's shared memory) 464.3 / 575.4 / 632.9 / 509.4
+//   against 465.1 / 577.0 / 640.3 / 511.5, energy equal (0.4817 J against 0.4820 at 64 x 1k);
+//   the key tiles last to first (the causal diagonal first) 412.7 / 573.1 / 638.0 / 501.8 against
+//   417.9 / 575.5 / 625.9 / 509.7, and with the diagonal tile's products halved where a consumer's
+//   rows see only its first 64 keys 416.7 / 566.1 / 622.0 / 499.4 (0.5117 J against 0.4919):
+//   products 2.8-5.6% fewer at 64 x 1k saved neither time nor energy, and the half product's
+//   branch made ptxas serialize the products elsewhere (C7511; softcap 15-21%, d96 14-25%
+//   slower).
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
@@ -437,6 +452,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_rs_mn_major<T, kDataD, KvTile, Cfg::kAdvanceDescriptors>(o, pf, ring.v_stage(g_all));
     wgmma_commit();
   };
+  // P of key octet i's score x - max (x: s * c_log2 - m_use): kExp2OnFmaEvery's share on the FP32
+  // pipe (i is an unrolled loop's index, so the choice is made at compile time).
+  auto p_of = [](int i, float x) {
+    constexpr int kEvery = Cfg::kExp2OnFmaEvery;
+    if constexpr (kEvery > 0) {
+      if (i % kEvery == kEvery - 1) return exp2_on_fma(x);
+    }
+    return fast_exp2(x);
+  };
   // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha
   // is what O must be scaled by (rescale_and_pack does, once O's pending product has landed).
   auto softmax = [&](int t, float (&s)[kBN / 2], float (&alpha)[2]) {
@@ -516,15 +540,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if constexpr (Cfg::kTreeReduce && !kSoftcap) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = p_of(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = p_of(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
         }
         row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
       } else {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = p_of(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = p_of(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
           row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
         }
       }

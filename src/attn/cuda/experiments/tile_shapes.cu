@@ -109,7 +109,10 @@ int main(int argc, char** argv) {
   const int heads = 16;
   // The mma.sync shapes were settled on 2026-11-30 (see ForwardConfig / DkdvConfig / DqConfig);
   // their library shapes stay here as the baseline of the Hopper (wgmma) shapes. Each variant runs
-  // at its head dim and is checked against the first of its kind there.
+  // at its head dim and is checked against the first of its kind there. The forward's variants of
+  // a tile shape run persistent, as the library does (given the work counter), but those named
+  // "block per work" and the heads-per-block and launch-order ones (a block per work; until
+  // 2026-12-03 every tile-shape variant was, against the library's persistent kernel).
   std::vector<Variant> variants{
       {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
       {"wgmma fwd pp (lib)", [](auto& p, void*) { launch_hopper_forward<T, 128>(p, nullptr, work_counter); }, true, 128},
@@ -125,12 +128,12 @@ int main(int argc, char** argv) {
       {"wgmma fwd 8 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 8); }, true, 128},
       {"wgmma fwd 16 heads/block", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 16); }, true, 128},
       // O and the row sums rescaled only past a jump of the row maximum (LazyRescale).
-      {"wgmma fwd lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr); }, true, 128},
+      {"wgmma fwd lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       // A row's maximum and sum along one chain instead of pairwise (TreeReduce = false).
-      {"wgmma fwd chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, false, true, 2>>(p, nullptr); }, true, 128},
+      {"wgmma fwd chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, false, true, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       // The output copied out by the warps (WarpRowsOut) instead of by the TMA unit (with one Q
       // buffer: two do not fit beside its scratch).
-      {"wgmma fwd warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, false>>(p, nullptr); }, true, 128},
+      {"wgmma fwd warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       // The library before 2026-12-02 15:40 UTC (one Q tile, a block per work); the library's
       // config with a block per work and persistent, whatever the batch; with the row-limit mask.
       {"wgmma fwd one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true>>(p, nullptr); }, true, 128},
@@ -141,9 +144,14 @@ int main(int argc, char** argv) {
       {"wgmma fwd persistent 1 head", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd persistent 2 heads", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 2, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd persistent 4 heads", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kAuto, work_counter); }, true, 128},
-      {"wgmma fwd row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true>>(p, nullptr); }, true, 128},
+      {"wgmma fwd row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
+      // The exponentials of every 2nd / 4th key octet on the FP32 pipe (Exp2OnFmaEvery), with and
+      // without softcap, whose tanh shares the MUFU pipe with exp2.
+      {"wgmma fwd exp2 on FMA 1/4", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, 4>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
+      {"wgmma fwd softcap, exp2 on FMA 1/2", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
+      {"wgmma fwd softcap, exp2 on FMA 1/4", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, 4>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       {"wgmma fwd softcap (lib)", [](auto& p, void*) { launch_hopper_forward<T, 128>(p, nullptr, work_counter); }, true, 128, true},
-      {"wgmma fwd softcap, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr); }, true, 128, true},
+      {"wgmma fwd softcap, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
@@ -162,20 +170,20 @@ int main(int argc, char** argv) {
       {"wgmma fwd d64 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
-      {"wgmma fwd d64 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, false, 2, true>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, false, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
       {"wgmma fwd d64 3 consumers persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
-      {"wgmma fwd d64 3 consumers (lib past 4096)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, false, true, 2, true>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, true, true, true, 2, true>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 3 consumers, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, true>>(p, nullptr); }, true, 64},
+      {"wgmma fwd d64 3 consumers (lib past 4096)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
+      {"wgmma fwd d64 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, false, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
+      {"wgmma fwd d64 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, true, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
+      {"wgmma fwd d64 3 consumers, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
-      {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
       {"wgmma fwd d256 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
-      {"wgmma fwd d256 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, false>>(p, nullptr); }, true, 256},
-      {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr); }, true, 256},
-      {"wgmma fwd d256 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr); }, true, 256},
+      {"wgmma fwd d256 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
+      {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
+      {"wgmma fwd d256 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
       // The mma.sync d256 backward (atomic dQ; the library's on sm_80) and the Hopper one (two
       // passes, dK/dV split by columns over 64-key blocks).
       {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
@@ -192,9 +200,9 @@ int main(int argc, char** argv) {
       {"wgmma fwd d96 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true>>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<96>>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<96>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
-      {"wgmma fwd d96 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, false, 1, true>>(p, nullptr); }, true, 96},
-      {"wgmma fwd d96 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, false, true, 2, true>>(p, nullptr); }, true, 96},
-      {"wgmma fwd d96 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, true, true, true, 2, true>>(p, nullptr); }, true, 96},
+      {"wgmma fwd d96 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, false, 1, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
+      {"wgmma fwd d96 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, false, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
+      {"wgmma fwd d96 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, true, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       // The mma.sync d96 backward (atomic dQ; the library's on sm_80) and the Hopper ones: the
       // two passes (the deterministic mode's), then atomic dQ (the dQ products on d128's columns,
       // 96 of each row added), with the next tile's scores issued ahead (the library's) and not.
