@@ -229,29 +229,6 @@ struct HopperForwardConfig
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
                                                D != 128>>> {};
 
-// TIMELINE EXPERIMENT (not for main): each consumer warpgroup's thread 0 adds clock64() at the
-// events of ForwardEvent to its multiprocessor's row of sums (experiments/forward_timeline.cu
-// subtracts them: the sums of an event pair's differences over every item or tile).
-enum ForwardEvent : int {
-  kConsumerStart, kItemStart, kQLanded, kFirstKLanded, kFirstTurn, kFirstScores, kFirstTileDone,
-  kLoopDone, kLastProductDone, kItemDone, kConsumerEnd, kItems, kTiles,
-  kTileStart, kTileLoaded, kTileTurn, kTileScores, kTileProducts, kTileDone, kForwardEvents
-};
-#if defined(VARPACK_FORWARD_TIMELINE)
-__device__ unsigned long long g_forward_timeline[256][kForwardEvents];
-__device__ __forceinline__ void forward_event(int event, unsigned long long value) {
-  if (threadIdx.x % 128 != 0) return;
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  atomicAdd(&g_forward_timeline[smid % 256][event], value);
-}
-#define VARPACK_FORWARD_STAMP(event) forward_event(event, clock64())
-#define VARPACK_FORWARD_COUNT(event, value) forward_event(event, value)
-#else
-#define VARPACK_FORWARD_STAMP(event) ((void)0)
-#define VARPACK_FORWARD_COUNT(event, value) ((void)0)
-#endif
-
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
 template <int First, int N>
@@ -405,7 +382,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   warpgroup_registers_up<Cfg::kConsumerRegisters>();
-  VARPACK_FORWARD_STAMP(kConsumerStart);
   const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // consumer warp
   // Consumer warpgroup; warp-uniform where the descriptors are advanced (in uniform registers).
   const int wg = Cfg::kAdvanceDescriptors ? warp_uniform(warp / 4) : warp / 4;
@@ -617,62 +593,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           row_sum[r] = 0.f;
         }
         if (n > 0) {
-          VARPACK_FORWARD_STAMP(kItemStart);
-          VARPACK_FORWARD_COUNT(kItems, 1);
-          VARPACK_FORWARD_COUNT(kTiles, n);
           mbarrier_wait(q_full(item), (item / kQBuffers) & 1);
-          VARPACK_FORWARD_STAMP(kQLanded);
           q_rows = sQ + (item % kQBuffers) * QTile::kBytes + wg * 64 * 128;
           // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent
           // path makes ptxas serialize them all.
           {
             float s[kBN / 2], alpha[2];
             ring.wait_k(g0);
-            VARPACK_FORWARD_STAMP(kFirstKLanded);
             begin_turn();
-            VARPACK_FORWARD_STAMP(kFirstTurn);
             issue_s(g0, s);
             end_turn();
             wgmma_wait<0>();
-            VARPACK_FORWARD_STAMP(kFirstScores);
             ring.release_k(g0, lane);
             if (n == 1) release_q();
             pin_registers(s);
             softmax(0, s, alpha);
             rescale_and_pack(s, alpha);
-            VARPACK_FORWARD_STAMP(kFirstTileDone);
           }
           for (int t = 1; t < n; ++t) {
             float s[kBN / 2], alpha[2];
-            VARPACK_FORWARD_STAMP(kTileStart);
             ring.wait_k(g0 + t);
             ring.wait_v(g0 + t - 1);
-            VARPACK_FORWARD_STAMP(kTileLoaded);
             begin_turn();
-            VARPACK_FORWARD_STAMP(kTileTurn);
             issue_s(g0 + t, s);
             issue_pv(g0 + t - 1);
             end_turn();
             wgmma_wait<1>();
-            VARPACK_FORWARD_STAMP(kTileScores);
             ring.release_k(g0 + t, lane);
             if (t == n - 1) release_q();
             pin_registers(s);
             softmax(t, s, alpha);
             wgmma_wait<0>();
-            VARPACK_FORWARD_STAMP(kTileProducts);
             ring.release_v(g0 + t - 1, lane);
             rescale_and_pack(s, alpha);
-            VARPACK_FORWARD_STAMP(kTileDone);
           }
-          VARPACK_FORWARD_STAMP(kLoopDone);
           ring.wait_v(g0 + n - 1);
           pin_registers(o);
           wgmma_fence();
           issue_pv(g0 + n - 1);
           wgmma_wait<0>();
           pin_registers(o);
-          VARPACK_FORWARD_STAMP(kLastProductDone);
           ring.release_v(g0 + n - 1, lane);
         }
 
@@ -698,14 +658,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row,
                          lane);
         if (n > 0) {
-          VARPACK_FORWARD_STAMP(kItemDone);
           ++item;
           g0 += n;
         }
       }
     }
   }
-  VARPACK_FORWARD_STAMP(kConsumerEnd);
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }
