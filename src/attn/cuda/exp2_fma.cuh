@@ -30,9 +30,9 @@ VARPACK_HOST_DEVICE To bits_as(From x) {
 // -inf (a masked score). x = n + f with n = round(x), f in [-0.5, 0.5]: 2^f by a cubic, then n
 // added to its exponent field. Adding 1.5 * 2^23 rounds x to an integer held in the sum's low
 // mantissa bits (two's complement), and shifting those bits by 23 (the rest of the sum shifts out
-// of the word) gives n << 23 (one IMAD with the add). The cubic's coefficients: a least-squares fit of
-// (2^f - 1) / f in relative error, reweighted toward the largest errors (Lawson's iteration)
-// until equioscillating, over 20001 points of [-0.5, 0.5].
+// of the word) gives n << 23 (one IMAD with the add). The cubic's coefficients: a least-squares
+// fit of (2^f - 1) / f in relative error, reweighted toward the largest errors (Lawson's
+// iteration) until equioscillating, over 20001 points of [-0.5, 0.5].
 VARPACK_HOST_DEVICE float exp2_on_fma(float x) {
   constexpr float kRound = 12582912.f;  // 1.5 * 2^23
   const float t = x + kRound;
