@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   // at its head dim and is checked against the first of its kind there. The forward's variants of
   // a tile shape run persistent, as the library does (given the work counter), but those named
   // "block per work" and the heads-per-block and launch-order ones (a block per work; until
-  // 2026-12-03 every tile-shape variant was, against the library's persistent kernel).
+  // 2026-12-03 most tile-shape variants were, against the library's persistent kernel).
   std::vector<Variant> variants{
       {"mma fwd (lib sm_80)", [](auto& p, void*) { launch_forward<T, 128>(p, nullptr); }, true, 128},
       {"wgmma fwd pp (lib)", [](auto& p, void*) { launch_hopper_forward<T, 128>(p, nullptr, work_counter); }, true, 128},
