@@ -135,10 +135,9 @@ int main(int argc, char** argv) {
       // buffer: two do not fit beside its scratch).
       {"wgmma fwd warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       // The library before 2026-12-02 15:40 UTC (one Q tile, a block per work); the library's
-      // config with a block per work and persistent, whatever the batch; with the row-limit mask.
+      // config with a block per work, whatever the batch; with the row-limit mask.
       {"wgmma fwd one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true>>(p, nullptr); }, true, 128},
       {"wgmma fwd block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
-      {"wgmma fwd persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       // Persistent with 1, 2 and 4 heads per work (forward_heads_per_block's rule was derived for
       // a block per work).
       {"wgmma fwd persistent 1 head", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1, ForwardOrder::kAuto, work_counter); }, true, 128},
@@ -169,10 +168,8 @@ int main(int argc, char** argv) {
       {"wgmma fwd d64 (lib below 4096 queries)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
-      {"wgmma fwd d64 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, false, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
-      {"wgmma fwd d64 3 consumers persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 3 consumers (lib past 4096)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardLongD64>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, false, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, true, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
@@ -185,7 +182,6 @@ int main(int argc, char** argv) {
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
       {"wgmma fwd d256 (lib, pp)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
-      {"wgmma fwd d256 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<256>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
       {"wgmma fwd d256 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
       {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
       {"wgmma fwd d256 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
@@ -204,7 +200,6 @@ int main(int argc, char** argv) {
       {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr, work_counter); }, true, 96},
       {"wgmma fwd d96 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true>>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<96>>(p, nullptr); }, true, 96},
-      {"wgmma fwd d96 persistent", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<96>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, false, 1, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, false, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 exp2 on FMA 1/4", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true, 2, true, 4>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
