@@ -32,7 +32,6 @@
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
-#include "attn/cuda/exp2_fma.cuh"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/kv_rings.cuh"
@@ -75,7 +74,7 @@ struct ForwardWork {
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          int Exp2OnFmaEvery = 0>
+          bool PublishAhead = false, bool LseLast = false, bool FenceCpAsyncOnly = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -116,9 +115,18 @@ struct HopperForwardTile {
   // RowLimitMask: a partly visible tile's mask as two bounds per row, relative to the thread's
   // first key (one compare a score where no window's left edge falls in the tile).
   static constexpr bool kRowLimitMask = RowLimitMask;
-  // Exp2OnFmaEvery = k > 0: the softmax's exponentials of every k-th key octet of a tile on the
-  // FP32 pipe (exp2_on_fma) instead of the MUFU pipe, which softcap's tanh shares (exp2_fma.cuh).
-  static constexpr int kExp2OnFmaEvery = Exp2OnFmaEvery;
+  // PublishAhead (persistent): the producer takes the next work from the counter once it has
+  // issued the current work's first loads, not after its last, so that the counter's atomic and
+  // the work's bounds (block_work's divisions and cu_seqlens reads, repeated over the launch
+  // order's empty works) are off the consumers' way into the next work.
+  static constexpr bool kPublishAhead = PublishAhead;
+  // LseLast: an item's log-sum-exp stored after its output's shared-memory stores and their
+  // fence_proxy_async (MEMBAR.ALL.CTA, which would wait for the log-sum-exp's global stores).
+  static constexpr bool kLseLast = LseLast;
+  // FenceCpAsyncOnly: a K/V tile's fence_proxy_async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC) only where
+  // cp.async wrote it (a sequence's partial last tile, and the item's first tile, for Q), not after
+  // the TMA unit's, which the async proxy wrote.
+  static constexpr bool kFenceCpAsyncOnly = FenceCpAsyncOnly;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -229,6 +237,30 @@ struct HopperForwardConfig
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
                                                D != 128>>> {};
 
+// TIMELINE EXPERIMENT (not for main): each warpgroup's thread 0 adds clock64() at the events of
+// ForwardEvent to its multiprocessor's row of sums (experiments/forward_timeline.cu subtracts them).
+enum ForwardEvent : int {
+  kConsumerStart, kItemStart, kQLanded, kFirstKLanded, kFirstTurn, kFirstScores, kFirstTileDone,
+  kLoopDone, kLastProductDone, kItemDone, kConsumerEnd, kItems, kTiles,
+  kTileStart, kTileLoaded, kTileTurn, kTileScores, kTileProducts, kTileDone,
+  kWorkWaitStart, kWorkTaken, kWorks, kStoreStart, kPublishStart, kPublishDone, kPublishes,
+  kPublishTries, kForwardEvents
+};
+#if defined(VARPACK_FORWARD_TIMELINE)
+__device__ unsigned long long g_forward_timeline[256][kForwardEvents];
+__device__ __forceinline__ void forward_event(int event, unsigned long long value) {
+  if (threadIdx.x % 128 != 0) return;
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  atomicAdd(&g_forward_timeline[smid % 256][event], value);
+}
+#define VARPACK_FORWARD_STAMP(event) forward_event(event, clock64())
+#define VARPACK_FORWARD_COUNT(event, value) forward_event(event, value)
+#else
+#define VARPACK_FORWARD_STAMP(event) ((void)0)
+#define VARPACK_FORWARD_COUNT(event, value) ((void)0)
+#endif
+
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
 template <int First, int N>
@@ -333,16 +365,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto publish_next = [&](int w) {
     if constexpr (kPersistent) {
       if (threadIdx.x != 0) return;
+      VARPACK_FORWARD_STAMP(kPublishStart);
+      VARPACK_FORWARD_COUNT(kPublishes, 1);
       int64_t index = w == 0 ? static_cast<int64_t>(blockIdx.x)
                              : atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
       ForwardWork fw = work_at(index);
       while (!fw.work.valid && index < order.blocks()) {
         index = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
         fw = work_at(index);
+        VARPACK_FORWARD_COUNT(kPublishTries, 1);
       }
       if (w >= 2) mbarrier_wait(id_empty(w), ((w / 2) - 1) & 1);
       slots[w % 2] = fw;
       mbarrier_arrive(id_full(w));
+      VARPACK_FORWARD_STAMP(kPublishDone);
     }
   };
 
@@ -350,9 +386,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     warpgroup_registers_down<Cfg::kProducerRegisters>();
     int item = 0, fill = 0;  // Q's hand-overs so far, K/V tiles so far
     for (int w = 0;; ++w) {
-      publish_next(w);
+      if (!Cfg::kPublishAhead || w == 0) publish_next(w);
       const ForwardWork fw = work_number(w);
       if (!fw.work.valid) break;
+      bool next_published = !Cfg::kPublishAhead;
+      auto publish_ahead = [&] {
+        if (!next_published) publish_next(w + 1);
+        next_published = true;
+      };
       const BlockWork& work = fw.work;
       const SequenceBounds& seq = fw.seq;
       const int h_first = work.head_group * heads_per_block;
@@ -370,18 +411,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               sQ + (item % kQBuffers) * QTile::kBytes, q_seq + h * p.q_head_stride,
               p.q_row_stride, tile.r0, seq.q_len);
           cp_async_arrive(q_full(item));
-          for (int t = 0; t < tile.walk.count; ++t, ++fill)
+          for (int t = 0; t < tile.walk.count; ++t, ++fill) {
             ring.template produce<D, kDataD>(
                 fill, tile.walk.first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,
                 k_seq + hk * p.k_head_stride, p.k_row_stride, v_map,
                 v_seq + hk * p.v_head_stride, p.v_row_stride);
+            publish_ahead();
+          }
         }
       }
+      publish_ahead();  // a work none of whose tiles sees a key
     }
     return;
   }
 
   warpgroup_registers_up<Cfg::kConsumerRegisters>();
+  VARPACK_FORWARD_STAMP(kConsumerStart);
   const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // consumer warp
   // Consumer warpgroup; warp-uniform where the descriptors are advanced (in uniform registers).
   const int wg = Cfg::kAdvanceDescriptors ? warp_uniform(warp / 4) : warp / 4;
@@ -451,15 +496,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto issue_pv = [&](int g_all) {
     wgmma_rs_mn_major<T, kDataD, KvTile, Cfg::kAdvanceDescriptors>(o, pf, ring.v_stage(g_all));
     wgmma_commit();
-  };
-  // P of key octet i's score x - max (x: s * c_log2 - m_use): kExp2OnFmaEvery's share on the FP32
-  // pipe (i is an unrolled loop's index, so the choice is made at compile time).
-  auto p_of = [](int i, float x) {
-    constexpr int kEvery = Cfg::kExp2OnFmaEvery;
-    if constexpr (kEvery > 0) {
-      if (i % kEvery == kEvery - 1) return exp2_on_fma(x);
-    }
-    return fast_exp2(x);
   };
   // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha
   // is what O must be scaled by (rescale_and_pack does, once O's pending product has landed).
@@ -540,15 +576,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if constexpr (Cfg::kTreeReduce && !kSoftcap) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = p_of(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] = p_of(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
         }
         row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
       } else {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = p_of(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] = p_of(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
           row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
         }
       }
@@ -572,7 +608,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   for (int w = 0;; ++w) {
+    VARPACK_FORWARD_STAMP(kWorkWaitStart);
     const ForwardWork fw = work_number(w);
+    VARPACK_FORWARD_STAMP(kWorkTaken);
+    VARPACK_FORWARD_COUNT(kWorks, 1);
     if (!fw.work.valid) break;
     const BlockWork& work = fw.work;
     const int h_first = work.head_group * heads_per_block;
@@ -593,61 +632,100 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           row_sum[r] = 0.f;
         }
         if (n > 0) {
+          VARPACK_FORWARD_STAMP(kItemStart);
+          VARPACK_FORWARD_COUNT(kItems, 1);
+          VARPACK_FORWARD_COUNT(kTiles, n);
           mbarrier_wait(q_full(item), (item / kQBuffers) & 1);
+          VARPACK_FORWARD_STAMP(kQLanded);
           q_rows = sQ + (item % kQBuffers) * QTile::kBytes + wg * 64 * 128;
           // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent
           // path makes ptxas serialize them all.
           {
             float s[kBN / 2], alpha[2];
             ring.wait_k(g0);
+            VARPACK_FORWARD_STAMP(kFirstKLanded);
             begin_turn();
+            VARPACK_FORWARD_STAMP(kFirstTurn);
             issue_s(g0, s);
             end_turn();
             wgmma_wait<0>();
+            VARPACK_FORWARD_STAMP(kFirstScores);
             ring.release_k(g0, lane);
             if (n == 1) release_q();
             pin_registers(s);
             softmax(0, s, alpha);
             rescale_and_pack(s, alpha);
+            VARPACK_FORWARD_STAMP(kFirstTileDone);
           }
+          // Tile t's K and V came by cp.async iff it is the sequence's partial last tile.
+          auto by_cp_async = [&](int t) {
+            return n_first + static_cast<int64_t>(t + 1) * kBN > seq.k_len;
+          };
           for (int t = 1; t < n; ++t) {
             float s[kBN / 2], alpha[2];
-            ring.wait_k(g0 + t);
-            ring.wait_v(g0 + t - 1);
+            VARPACK_FORWARD_STAMP(kTileStart);
+            if constexpr (Cfg::kFenceCpAsyncOnly) {
+              ring.template wait_k<false>(g0 + t);
+              ring.template wait_v<false>(g0 + t - 1);  // not the last tile: by the TMA unit
+              if (by_cp_async(t)) fence_proxy_async();
+            } else {
+              ring.wait_k(g0 + t);
+              ring.wait_v(g0 + t - 1);
+            }
+            VARPACK_FORWARD_STAMP(kTileLoaded);
             begin_turn();
+            VARPACK_FORWARD_STAMP(kTileTurn);
             issue_s(g0 + t, s);
             issue_pv(g0 + t - 1);
             end_turn();
             wgmma_wait<1>();
+            VARPACK_FORWARD_STAMP(kTileScores);
             ring.release_k(g0 + t, lane);
             if (t == n - 1) release_q();
             pin_registers(s);
             softmax(t, s, alpha);
             wgmma_wait<0>();
+            VARPACK_FORWARD_STAMP(kTileProducts);
             ring.release_v(g0 + t - 1, lane);
             rescale_and_pack(s, alpha);
+            VARPACK_FORWARD_STAMP(kTileDone);
           }
-          ring.wait_v(g0 + n - 1);
+          VARPACK_FORWARD_STAMP(kLoopDone);
+          if constexpr (Cfg::kFenceCpAsyncOnly) {
+            ring.template wait_v<false>(g0 + n - 1);
+            if (by_cp_async(n - 1)) fence_proxy_async();
+          } else {
+            ring.wait_v(g0 + n - 1);
+          }
           pin_registers(o);
           wgmma_fence();
           issue_pv(g0 + n - 1);
           wgmma_wait<0>();
           pin_registers(o);
+          VARPACK_FORWARD_STAMP(kLastProductDone);
           ring.release_v(g0 + n - 1, lane);
         }
 
-        float inv[2];
+        float inv[2], sums[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float sum = row_sum[r];
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-          const int64_t row = m0 + warp_row + g + 8 * r;
-          if (qd == 0 && p.lse != nullptr && row < seq.q_len)
-            p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-                sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+          sums[r] = sum;
         }
+        auto store_lse = [&] {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int64_t row = m0 + warp_row + g + 8 * r;
+            if (qd == 0 && p.lse != nullptr && row < seq.q_len)
+              p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+                  sums[r] > 0.f ? (row_max[r] * c_log2 + log2f(sums[r])) * kLn2 : INFINITY;
+          }
+        };
+        if constexpr (!Cfg::kLseLast) store_lse();
+        if (n > 0) VARPACK_FORWARD_STAMP(kStoreStart);
         T* const out_rows = static_cast<T*>(p.out) +
                             (seq.q_begin + m0 + warp_row) * p.out_row_stride +
                             h * p.out_head_stride;
@@ -657,13 +735,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         else
           RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row,
                          lane);
+        if constexpr (Cfg::kLseLast) store_lse();
         if (n > 0) {
+          VARPACK_FORWARD_STAMP(kItemDone);
           ++item;
           g0 += n;
         }
       }
     }
   }
+  VARPACK_FORWARD_STAMP(kConsumerEnd);
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }
