@@ -73,8 +73,7 @@ struct ForwardWork {
 // HopperForwardLongD64.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
-          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          bool PublishAhead = false, bool LseLast = false, bool FenceCpAsyncOnly = false>
+          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -115,18 +114,6 @@ struct HopperForwardTile {
   // RowLimitMask: a partly visible tile's mask as two bounds per row, relative to the thread's
   // first key (one compare a score where no window's left edge falls in the tile).
   static constexpr bool kRowLimitMask = RowLimitMask;
-  // PublishAhead (persistent): the producer takes the next work from the counter once it has
-  // issued the current work's first loads, not after its last, so that the counter's atomic and
-  // the work's bounds (block_work's divisions and cu_seqlens reads, repeated over the launch
-  // order's empty works) are off the consumers' way into the next work.
-  static constexpr bool kPublishAhead = PublishAhead;
-  // LseLast: an item's log-sum-exp stored after its output's shared-memory stores and their
-  // fence_proxy_async (MEMBAR.ALL.CTA, which would wait for the log-sum-exp's global stores).
-  static constexpr bool kLseLast = LseLast;
-  // FenceCpAsyncOnly: a K/V tile's fence_proxy_async (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC) only where
-  // cp.async wrote it (a sequence's partial last tile, and the item's first tile, for Q), not after
-  // the TMA unit's, which the async proxy wrote.
-  static constexpr bool kFenceCpAsyncOnly = FenceCpAsyncOnly;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -225,6 +212,23 @@ struct HopperForwardTile {
 //   products 2.8-5.6% fewer at 64 x 1k saved neither time nor energy, and the half product's
 //   branch made ptxas serialize the products elsewhere (C7511; softcap 15-21%, d96 14-25%
 //   slower).
+// - Tried on 2026-12-03 17:00 UTC (the same, median of 10 calls; commits 5250409 and the
+//   experiment after 46e634d hold the code), none kept:
+//   - a share of the exponentials on the FP32 pipe (2^round(x) times a cubic, nine instructions),
+//     every 4th key octet: d128 431.8 / 552.9 / 606.4 / 486.1 against 452.8 / 581.6 / 635.5 /
+//     508.4, softcap 363.7 / 441.2 / 471.2 / 404.0 against 362.8 / 450.1 / 476.4 / 411.4 (every
+//     2nd: 344.4 / 394.1 / 418.8 / 366.5), d64 303.3 / 381.6 / 406.8 / 318.7 against 302.3 /
+//     390.0 / 419.6 / 326.2, d96 5-12% slower: the MUFU pipe is not what limits;
+//   - the next work taken by the producer once the current one's first K/V tile is issued: the
+//     producer's 24 registers then spill inside its K/V loop (ptxas: 100 -> 412 bytes), 10-15%
+//     slower (397.6 / 490.5 / 548.9 / 463.8 against 466.8 / 550.4 / 601.8 / 511.8), so its issue
+//     is on the consumers' way; the log-sum-exp stored after the output (its fence's
+//     MEMBAR.ALL.CTA) 464.6 / 549.4 / 602.5 / 512.1, a draw; the K/V waits' fence only after
+//     cp.async 465.8 / 543.9 / 593.5 / 507.9, 0.2-1.4% slower.
+//   A clock64 timeline of the library's consumers (d128, one call; cuda.md) puts a 64 x 1k item
+//   (4.5 key tiles) at about 19,300 clocks: 3.5 loop tiles of about 3,440 (products about 1,970 of
+//   them, both consumers'), and some 6,400 at its start and end (Q and first K waits 620, first
+//   S = Q K^T 750, first softmax 1,490, last O += P V 840, output 1,710-1,830).
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
@@ -236,30 +240,6 @@ struct HopperForwardConfig
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
                                                D != 128>>> {};
-
-// TIMELINE EXPERIMENT (not for main): each warpgroup's thread 0 adds clock64() at the events of
-// ForwardEvent to its multiprocessor's row of sums (experiments/forward_timeline.cu subtracts them).
-enum ForwardEvent : int {
-  kConsumerStart, kItemStart, kQLanded, kFirstKLanded, kFirstTurn, kFirstScores, kFirstTileDone,
-  kLoopDone, kLastProductDone, kItemDone, kConsumerEnd, kItems, kTiles,
-  kTileStart, kTileLoaded, kTileTurn, kTileScores, kTileProducts, kTileDone,
-  kWorkWaitStart, kWorkTaken, kWorks, kStoreStart, kPublishStart, kPublishDone, kPublishes,
-  kPublishTries, kForwardEvents
-};
-#if defined(VARPACK_FORWARD_TIMELINE)
-__device__ unsigned long long g_forward_timeline[256][kForwardEvents];
-__device__ __forceinline__ void forward_event(int event, unsigned long long value) {
-  if (threadIdx.x % 128 != 0) return;
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  atomicAdd(&g_forward_timeline[smid % 256][event], value);
-}
-#define VARPACK_FORWARD_STAMP(event) forward_event(event, clock64())
-#define VARPACK_FORWARD_COUNT(event, value) forward_event(event, value)
-#else
-#define VARPACK_FORWARD_STAMP(event) ((void)0)
-#define VARPACK_FORWARD_COUNT(event, value) ((void)0)
-#endif
 
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
@@ -365,20 +345,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto publish_next = [&](int w) {
     if constexpr (kPersistent) {
       if (threadIdx.x != 0) return;
-      VARPACK_FORWARD_STAMP(kPublishStart);
-      VARPACK_FORWARD_COUNT(kPublishes, 1);
       int64_t index = w == 0 ? static_cast<int64_t>(blockIdx.x)
                              : atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
       ForwardWork fw = work_at(index);
       while (!fw.work.valid && index < order.blocks()) {
         index = atomicAdd(work_counter, 1) + static_cast<int64_t>(gridDim.x);
         fw = work_at(index);
-        VARPACK_FORWARD_COUNT(kPublishTries, 1);
       }
       if (w >= 2) mbarrier_wait(id_empty(w), ((w / 2) - 1) & 1);
       slots[w % 2] = fw;
       mbarrier_arrive(id_full(w));
-      VARPACK_FORWARD_STAMP(kPublishDone);
     }
   };
 
@@ -386,14 +362,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     warpgroup_registers_down<Cfg::kProducerRegisters>();
     int item = 0, fill = 0;  // Q's hand-overs so far, K/V tiles so far
     for (int w = 0;; ++w) {
-      if (!Cfg::kPublishAhead || w == 0) publish_next(w);
+      publish_next(w);
       const ForwardWork fw = work_number(w);
       if (!fw.work.valid) break;
-      bool next_published = !Cfg::kPublishAhead;
-      auto publish_ahead = [&] {
-        if (!next_published) publish_next(w + 1);
-        next_published = true;
-      };
       const BlockWork& work = fw.work;
       const SequenceBounds& seq = fw.seq;
       const int h_first = work.head_group * heads_per_block;
@@ -411,22 +382,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               sQ + (item % kQBuffers) * QTile::kBytes, q_seq + h * p.q_head_stride,
               p.q_row_stride, tile.r0, seq.q_len);
           cp_async_arrive(q_full(item));
-          for (int t = 0; t < tile.walk.count; ++t, ++fill) {
+          for (int t = 0; t < tile.walk.count; ++t, ++fill)
             ring.template produce<D, kDataD>(
                 fill, tile.walk.first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,
                 k_seq + hk * p.k_head_stride, p.k_row_stride, v_map,
                 v_seq + hk * p.v_head_stride, p.v_row_stride);
-            publish_ahead();
-          }
         }
       }
-      publish_ahead();  // a work none of whose tiles sees a key
     }
     return;
   }
 
   warpgroup_registers_up<Cfg::kConsumerRegisters>();
-  VARPACK_FORWARD_STAMP(kConsumerStart);
   const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // consumer warp
   // Consumer warpgroup; warp-uniform where the descriptors are advanced (in uniform registers).
   const int wg = Cfg::kAdvanceDescriptors ? warp_uniform(warp / 4) : warp / 4;
@@ -608,10 +575,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   for (int w = 0;; ++w) {
-    VARPACK_FORWARD_STAMP(kWorkWaitStart);
     const ForwardWork fw = work_number(w);
-    VARPACK_FORWARD_STAMP(kWorkTaken);
-    VARPACK_FORWARD_COUNT(kWorks, 1);
     if (!fw.work.valid) break;
     const BlockWork& work = fw.work;
     const int h_first = work.head_group * heads_per_block;
@@ -632,100 +596,61 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           row_sum[r] = 0.f;
         }
         if (n > 0) {
-          VARPACK_FORWARD_STAMP(kItemStart);
-          VARPACK_FORWARD_COUNT(kItems, 1);
-          VARPACK_FORWARD_COUNT(kTiles, n);
           mbarrier_wait(q_full(item), (item / kQBuffers) & 1);
-          VARPACK_FORWARD_STAMP(kQLanded);
           q_rows = sQ + (item % kQBuffers) * QTile::kBytes + wg * 64 * 128;
           // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent
           // path makes ptxas serialize them all.
           {
             float s[kBN / 2], alpha[2];
             ring.wait_k(g0);
-            VARPACK_FORWARD_STAMP(kFirstKLanded);
             begin_turn();
-            VARPACK_FORWARD_STAMP(kFirstTurn);
             issue_s(g0, s);
             end_turn();
             wgmma_wait<0>();
-            VARPACK_FORWARD_STAMP(kFirstScores);
             ring.release_k(g0, lane);
             if (n == 1) release_q();
             pin_registers(s);
             softmax(0, s, alpha);
             rescale_and_pack(s, alpha);
-            VARPACK_FORWARD_STAMP(kFirstTileDone);
           }
-          // Tile t's K and V came by cp.async iff it is the sequence's partial last tile.
-          auto by_cp_async = [&](int t) {
-            return n_first + static_cast<int64_t>(t + 1) * kBN > seq.k_len;
-          };
           for (int t = 1; t < n; ++t) {
             float s[kBN / 2], alpha[2];
-            VARPACK_FORWARD_STAMP(kTileStart);
-            if constexpr (Cfg::kFenceCpAsyncOnly) {
-              ring.template wait_k<false>(g0 + t);
-              ring.template wait_v<false>(g0 + t - 1);  // not the last tile: by the TMA unit
-              if (by_cp_async(t)) fence_proxy_async();
-            } else {
-              ring.wait_k(g0 + t);
-              ring.wait_v(g0 + t - 1);
-            }
-            VARPACK_FORWARD_STAMP(kTileLoaded);
+            ring.wait_k(g0 + t);
+            ring.wait_v(g0 + t - 1);
             begin_turn();
-            VARPACK_FORWARD_STAMP(kTileTurn);
             issue_s(g0 + t, s);
             issue_pv(g0 + t - 1);
             end_turn();
             wgmma_wait<1>();
-            VARPACK_FORWARD_STAMP(kTileScores);
             ring.release_k(g0 + t, lane);
             if (t == n - 1) release_q();
             pin_registers(s);
             softmax(t, s, alpha);
             wgmma_wait<0>();
-            VARPACK_FORWARD_STAMP(kTileProducts);
             ring.release_v(g0 + t - 1, lane);
             rescale_and_pack(s, alpha);
-            VARPACK_FORWARD_STAMP(kTileDone);
           }
-          VARPACK_FORWARD_STAMP(kLoopDone);
-          if constexpr (Cfg::kFenceCpAsyncOnly) {
-            ring.template wait_v<false>(g0 + n - 1);
-            if (by_cp_async(n - 1)) fence_proxy_async();
-          } else {
-            ring.wait_v(g0 + n - 1);
-          }
+          ring.wait_v(g0 + n - 1);
           pin_registers(o);
           wgmma_fence();
           issue_pv(g0 + n - 1);
           wgmma_wait<0>();
           pin_registers(o);
-          VARPACK_FORWARD_STAMP(kLastProductDone);
           ring.release_v(g0 + n - 1, lane);
         }
 
-        float inv[2], sums[2];
+        float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float sum = row_sum[r];
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-          sums[r] = sum;
+          const int64_t row = m0 + warp_row + g + 8 * r;
+          if (qd == 0 && p.lse != nullptr && row < seq.q_len)
+            p.lse[h * p.lse_head_stride + seq.q_begin + row] =
+                sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
         }
-        auto store_lse = [&] {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int64_t row = m0 + warp_row + g + 8 * r;
-            if (qd == 0 && p.lse != nullptr && row < seq.q_len)
-              p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-                  sums[r] > 0.f ? (row_max[r] * c_log2 + log2f(sums[r])) * kLn2 : INFINITY;
-          }
-        };
-        if constexpr (!Cfg::kLseLast) store_lse();
-        if (n > 0) VARPACK_FORWARD_STAMP(kStoreStart);
         T* const out_rows = static_cast<T*>(p.out) +
                             (seq.q_begin + m0 + warp_row) * p.out_row_stride +
                             h * p.out_head_stride;
@@ -735,16 +660,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         else
           RowsOut::store(o, inv, scratch, out_rows, p.out_row_stride, seq.q_len - m0 - warp_row,
                          lane);
-        if constexpr (Cfg::kLseLast) store_lse();
         if (n > 0) {
-          VARPACK_FORWARD_STAMP(kItemDone);
           ++item;
           g0 += n;
         }
       }
     }
   }
-  VARPACK_FORWARD_STAMP(kConsumerEnd);
   if constexpr (Cfg::kPingPong) {
     if (wg == 0) named_barrier_sync(1, kTurnThreads);
   }

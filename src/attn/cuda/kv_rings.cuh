@@ -68,16 +68,10 @@ struct KvRings {
     load<D, DataD>(v_stage(g), v_map, v, v_stride, n0, hk, seq, v_full(g));
   }
 
-  // Consumers: wait for tile g's K or V (then, kFence, order its cp.async bytes, if any, before
-  // wgmma reads them: without it the caller fences where cp.async wrote), and hand a stage back.
-  template <bool kFence = true>
-  __device__ __forceinline__ void wait_k(int g) const {
-    wait_full<kFence>(k_full(g), g);
-  }
-  template <bool kFence = true>
-  __device__ __forceinline__ void wait_v(int g) const {
-    wait_full<kFence>(v_full(g), g);
-  }
+  // Consumers: wait for tile g's K or V (then order its cp.async bytes, if any, before wgmma reads
+  // them), and hand a stage back.
+  __device__ __forceinline__ void wait_k(int g) const { wait_full(k_full(g), g); }
+  __device__ __forceinline__ void wait_v(int g) const { wait_full(v_full(g), g); }
   __device__ __forceinline__ void release_k(int g, int lane) const {
     if (lane == 0) mbarrier_arrive(k_empty(g));
   }
@@ -101,10 +95,9 @@ struct KvRings {
     }
     cp_async_arrive(full);
   }
-  template <bool kFence>
   __device__ __forceinline__ static void wait_full(uint32_t bar, int g) {
     mbarrier_wait(bar, (g / kStages) & 1);
-    if constexpr (kFence) fence_proxy_async();
+    fence_proxy_async();
   }
 };
 
