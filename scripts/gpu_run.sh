@@ -41,10 +41,15 @@
 #   sanitize the memcheck and racecheck of that order alone (for a change to one kernel late in a
 #   session's device time).
 #   SANITIZE_S=60 caps each sanitizer step at 60 s (default 120 and 150).
+#   PREBUILT=dir: no build; the tests, benchmarks and experiments are dir's binaries (built on the
+#   workstation and sent with the run tool's carry, when too little device time is left for the
+#   build: `cmake -S src/attn/cuda -B build-carry -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C
+#   build-carry test_attention_cuda test_wgmma`, the binaries copied to a directory of their own).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 want=" ${*:-test bench sanitize} "
 out=${OUT:-gpu-out}
+bin=${PREBUILT:-build-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 summary=()
@@ -79,9 +84,10 @@ torch=1
 quick=0
 [[ $want == *" quick "* ]] && quick=1
 jobs=$((torch ? 8 : 16))  # the torch build takes the other 8 cores
-(cmake -S src/attn/cuda -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
-   -DVARPACK_CUDA_EXPERIMENTS=$experiments -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
-   cmake --build build-gpu -j $jobs) >"$out/build.log" 2>&1 &
+[ -n "${PREBUILT:-}" ] ||
+  (cmake -S src/attn/cuda -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_WERROR=ON \
+     -DVARPACK_CUDA_EXPERIMENTS=$experiments -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
+     cmake --build build-gpu -j $jobs) >"$out/build.log" 2>&1 &
 build_pid=$!
 if [[ $want == *" tune "* ]] && [ -n "${BASELINE:-}" ]; then
   (cmake -S "$BASELINE/src/attn/cuda" -B build-baseline -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -100,23 +106,23 @@ compilers=()
   python3 setup.py build_ext --inplace
 wait $build_pid
 summary+=("$(printf '%-18s rc=%-3s' build_standalone $?)")
-cuobjdump -sass build-gpu/libvarpack_cuda.a 2>/dev/null |
+cuobjdump -sass $bin/libvarpack_cuda.a 2>/dev/null |
   awk '/Function :/ {f=$3} /HMMA|HGMMA/ {h[f]++} /HGMMA/ {w[f]++} /LDSM/ {l[f]++} /LDL|STL/ {s[f]++}
        /RED[G.]/ {r[f]++}
        END {for (k in h) printf "%s HMMA %d HGMMA %d LDSM %d local %d RED %d\n", k, h[k], w[k], l[k], s[k], r[k]}' \
   >>"$out/build.log"
 
 if [[ $want == *" test "* ]]; then
-  [ -x build-gpu/test_wgmma ] && step tests.log wgmma_blocks 60 build-gpu/test_wgmma
-  [ -x build-gpu/test_attention_cuda ] &&
-    step tests.log standalone_test 120 build-gpu/test_attention_cuda && [ $quick = 0 ] &&
-    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 build-gpu/test_attention_cuda &&
+  [ -x $bin/test_wgmma ] && step tests.log wgmma_blocks 60 $bin/test_wgmma
+  [ -x $bin/test_attention_cuda ] &&
+    step tests.log standalone_test 120 $bin/test_attention_cuda && [ $quick = 0 ] &&
+    VARPACK_HEADS_PER_BLOCK=4 step tests.log standalone_4heads 120 $bin/test_attention_cuda &&
     VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=sequence step tests.log standalone_by_sequence \
-      120 build-gpu/test_attention_cuda &&
+      120 $bin/test_attention_cuda &&
     VARPACK_FORWARD_PERSISTENT=0 step tests.log standalone_not_persistent 120 \
-      build-gpu/test_attention_cuda
-  [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ] &&
-    VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 build-gpu/test_attention_cuda
+      $bin/test_attention_cuda
+  [ -x $bin/test_attention_cuda ] && [ $quick = 0 ] &&
+    VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 $bin/test_attention_cuda
   # test_attention.py too: the operator's CPU path and input checks, built with this machine's
   # compiler (an error message once crashed only here).
   [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
@@ -124,19 +130,19 @@ if [[ $want == *" test "* ]]; then
     VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 python3 -m \
       pytest -q -ra tests/python/test_cuda_attention.py
 fi
-if [[ $want == *" tune "* ]] && [ -x build-gpu/tile_shapes ]; then
+if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
   if [ -n "${BASELINE:-}" ]; then
     wait "$baseline_pid"
     for round in 1 2; do
       step bench.log "tile_shapes_baseline_$round" "${TUNE_S:-330}" build-baseline/tile_shapes 10 \
         ${TUNE_DIMS:-}
-      step bench.log "tile_shapes_$round" "${TUNE_S:-330}" build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
+      step bench.log "tile_shapes_$round" "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
     done
   else
-    step bench.log tile_shapes "${TUNE_S:-330}" build-gpu/tile_shapes 10 ${TUNE_DIMS:-}
+    step bench.log tile_shapes "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
   fi
 fi
-if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
+if [[ $want == *" profile "* ]] && [ -x $bin/bench_attention_cuda ]; then
   # The backward's two row passes too: at short sequences they are a large part of its time.
   # delta_kernel runs 6 times in the deterministic mode first (3 warm-up + 3 timed calls).
   for kernel in ${PROFILE_KERNELS:-hopper_forward_kernel hopper_backward_kernel delta_kernel dq_convert_kernel}; do
@@ -148,7 +154,7 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
       --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section SourceCounters ${PROFILE_EXTRA:-} \
       -o "/tmp/ncu_$kernel" -f \
-      build-gpu/bench_attention_cuda 3 "${PROFILE_CASE:-1}" "${PROFILE_D:-128}" &&
+      $bin/bench_attention_cuda 3 "${PROFILE_CASE:-1}" "${PROFILE_D:-128}" &&
       ncu -i "/tmp/ncu_$kernel.ncu-rep" --page details --print-details all >>"$out/ncu.txt" 2>&1
   done
   # Where the backward's warps wait, instruction by instruction (stall samples per SASS line).
@@ -160,9 +166,9 @@ if [[ $want == *" profile "* ]] && [ -x build-gpu/bench_attention_cuda ]; then
       >"$out/ncu_forward_sass.csv" 2>&1
 fi
 if [[ $want == *" bench "* ]]; then
-  [ -x build-gpu/bench_attention_cuda ] &&
-    step bench.log bench_standalone 120 build-gpu/bench_attention_cuda 20 &&
-    VARPACK_CUDA_KERNELS=mma step bench.log bench_mma 120 build-gpu/bench_attention_cuda 20
+  [ -x $bin/bench_attention_cuda ] &&
+    step bench.log bench_standalone 120 $bin/bench_attention_cuda 20 &&
+    VARPACK_CUDA_KERNELS=mma step bench.log bench_mma 120 $bin/bench_attention_cuda 20
   # The clock, power and throttle reasons while the peers run (they run at the power cap).
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv -lms 500 >"$out/.clocks" 2>&1 &
@@ -186,39 +192,39 @@ fi
 # runs several heads per block (its head-to-head hand-over is where a race would be), in both
 # launch orders; case 1 leaves max_seqlen unknown to the kernels, case 2 understates it (by
 # chunks, a forward block then takes several query tiles).
-if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ]; then
+if [[ $want == *" sanitize "* ]] && [ -x $bin/test_attention_cuda ]; then
   export VARPACK_HEADS_PER_BLOCK=4
   orders="chunks sequence"
   [ $quick = 1 ] && orders=chunks
   for order in $orders; do
     VARPACK_LAUNCH_ORDER=$order step tests.log "memcheck_$order" "${SANITIZE_S:-120}" \
-      compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+      compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_attention_cuda 1 3
     VARPACK_LAUNCH_ORDER=$order step tests.log "racecheck_$order" "${SANITIZE_S:-150}" \
-      compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+      compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_attention_cuda 1 3
   done
   # The forward with a block per work (the test passes a workspace, so the persistent kernel runs
   # above) on the same cases.
   export VARPACK_FORWARD_PERSISTENT=0
   step tests.log memcheck_block_per_work "${SANITIZE_S:-120}" \
-    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+    compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_attention_cuda 1 3
   step tests.log racecheck_block_per_work "${SANITIZE_S:-150}" \
-    compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3
+    compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_attention_cuda 1 3
   unset VARPACK_HEADS_PER_BLOCK VARPACK_FORWARD_PERSISTENT
 fi
-if [[ $want == *" sanitize "* ]] && [ -x build-gpu/test_attention_cuda ] && [ $quick = 0 ]; then
+if [[ $want == *" sanitize "* ]] && [ -x $bin/test_attention_cuda ] && [ $quick = 0 ]; then
   # The Hopper d96/d256 backward, cases as numbered by test_attention_cuda.cpp: memcheck on 30-36
   # (d96: q and k lengths that differ, windows, softcap; d256: k longer than q), racecheck on 23-25
   # (d96 causal MQA, d256 with and without causal masking).
   step tests.log memcheck_d96_d256 "${SANITIZE_S:-120}" \
-    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 7 30
+    compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_attention_cuda 1 7 30
   step tests.log racecheck_d96_d256 "${SANITIZE_S:-150}" \
-    compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 3 23
+    compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_attention_cuda 1 3 23
   # d64 past 4096 queries (the forward's three consumers): cases 42 and 43; with scores of
   # standard deviation 6: 44-46 (46: d256, whose forward's lazy rescaling takes both branches).
   step tests.log memcheck_d64_long "${SANITIZE_S:-120}" \
-    compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/test_attention_cuda 1 5 42
+    compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_attention_cuda 1 5 42
   step tests.log racecheck_d64_long "${SANITIZE_S:-150}" \
-    compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/test_attention_cuda 1 2 42
+    compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_attention_cuda 1 2 42
 fi
 
 echo "==== logs in $out"

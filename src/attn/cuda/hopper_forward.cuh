@@ -5,12 +5,12 @@
 // counter until none is left. The block is warp-specialized, with no block-wide barrier after its
 // start:
 // - a producer warpgroup (few registers, setmaxnreg) loads each item's Q and the K/V tiles: a tile
-//   wholly inside the sequence by the TMA unit, a sequence's partial last tile (and Q) by cp.async
-//   from its 128 threads, which zero-fills the rows past the sequence's end (nothing past it is
-//   read). K and V have rings of their own, a full and an empty mbarrier per stage, so a K stage is
-//   refilled as soon as every consumer's S = Q K^T on it is done and a V stage once O += P V is;
-//   Q has two buffers (but d256 and d64's three consumers), so the next item's Q loads during this
-//   item, and its first K/V tiles while the consumers finish it;
+//   (of Q, K or V) wholly inside the sequence by the TMA unit, a sequence's partial last tile by
+//   cp.async from its 128 threads, which zero-fills the rows past the sequence's end (nothing past
+//   it is read). K and V have rings of their own, a full and an empty mbarrier per stage, so a K
+//   stage is refilled as soon as every consumer's S = Q K^T on it is done and a V stage once
+//   O += P V is; Q has two buffers (but d256 and d64's three consumers), so the next item's Q
+//   loads during this item, and its first K/V tiles while the consumers finish it;
 // - consumer warpgroups of 64 query rows each. S = Q K^T reads both operands from shared memory,
 //   O += P V takes P from registers, so P never leaves the registers. A consumer issues tile t's
 //   S = Q K^T together with tile t - 1's O += P V and runs tile t's softmax while the latter runs;
@@ -73,7 +73,8 @@ struct ForwardWork {
 // HopperForwardLongD64.
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
-          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false>
+          bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
+          bool QByTma = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -114,6 +115,18 @@ struct HopperForwardTile {
   // RowLimitMask: a partly visible tile's mask as two bounds per row, relative to the thread's
   // first key (one compare a score where no window's left edge falls in the tile).
   static constexpr bool kRowLimitMask = RowLimitMask;
+  // QByTma: an item's Q tile loaded by the TMA unit, issued by one producer thread, where it lies
+  // wholly inside the sequence (a partial one by cp.async, zero-filled past the sequence's end),
+  // instead of by the producer's 128 threads' cp.async, whose address arithmetic and rolled loop
+  // (16 copies a thread at d128) hold up the producer between an item's K/V tiles. Measured on the
+  // H200 (bf16, causal, 16 heads; tile_shapes, three rounds in one call, 2026-12-03 17:15 UTC),
+  // TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed, the first round's, against cp.async's: d128
+  // 477.7 / 570.9 / 636.3 / 519.0 against 458.8 / 558.6 / 633.1 / 505.9 (the three rounds: +3.5
+  // to +4.4% at 1k, +0.5 to +2.4% at 4k, 0 to +0.5% at 16k, +2.6% mixed), softcap 411.4 / 442.6
+  // / 480.7 / 420.9 against 394.8 / 434.5 / 475.6 / 410.8, d64 +1.5 to +1.7% at 1k and 253.1
+  // against 246.5 with three consumers, d96 366.4 / 465.3 / 502.8 / 435.1 against 353.7 / 453.3 /
+  // 500.7 / 424.5, d256 +1.9 to +2.8% at 1k; none slower. So at every shape.
+  static constexpr bool kQByTma = QByTma;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -212,8 +225,8 @@ struct HopperForwardTile {
 //   products 2.8-5.6% fewer at 64 x 1k saved neither time nor energy, and the half product's
 //   branch made ptxas serialize the products elsewhere (C7511; softcap 15-21%, d96 14-25%
 //   slower).
-// - Tried on 2026-12-03 17:00 UTC (the same, median of 10 calls; commits 5250409 and the
-//   experiment after 46e634d hold the code), none kept:
+// - Tried on 2026-12-03 17:00 UTC (the same, median of 10 calls; commits 5250409 and e69daab
+//   hold the code), none kept:
 //   - a share of the exponentials on the FP32 pipe (2^round(x) times a cubic, nine instructions),
 //     every 4th key octet: d128 431.8 / 552.9 / 606.4 / 486.1 against 452.8 / 581.6 / 635.5 /
 //     508.4, softcap 363.7 / 441.2 / 471.2 / 404.0 against 362.8 / 450.1 / 476.4 / 411.4 (every
@@ -234,12 +247,13 @@ template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
           D == 64,
-          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true>,
+          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true>,
           std::conditional_t<D == 256,
-                             HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true>,
+                             HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, true,
+                                               false, 1, false, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
-                                               D != 128>>> {};
+                                               D != 128, true>>> {};
 
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
@@ -263,7 +277,8 @@ struct RowPairTree {
 // to every warp through two shared-memory slots (full / empty mbarriers each).
 template <class T, class Cfg, bool kSoftcap, bool kPersistent = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap k_map,
+    hopper_forward_kernel(const AttentionParams p, const __grid_constant__ CUtensorMap q_map,
+                          const __grid_constant__ CUtensorMap k_map,
                           const __grid_constant__ CUtensorMap v_map,
                           const __grid_constant__ CUtensorMap out_map, const LaunchOrder order,
                           int heads_per_block, int* work_counter) {
@@ -303,8 +318,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t sK = sQ + Cfg::kKOffset;
   const uint32_t sV = sQ + Cfg::kVOffset;
   const uint32_t bars = sQ + Cfg::kBarrierOffset;
-  // Q's: the producer's 128 threads arrive once their copies have landed; every consumer warp
-  // hands it back once its last S = Q K^T of the head is done.
+  // Q's: the producer's 128 threads arrive once their cp.async copies (if any) have landed, and the
+  // TMA unit's count in bytes; every consumer warp hands it back once its last S = Q K^T of the
+  // head is done.
   auto q_full = [&](int item) { return bars + 8 * (item % kQBuffers); };
   auto q_empty = [&](int item) { return bars + 8 * (kQBuffers + item % kQBuffers); };
   const KvRings<KvTile, kStages> ring{sK, sV, bars + 16 * kQBuffers};
@@ -378,9 +394,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int h = h_first + i;
           const int hk = h / group;
           if (item >= kQBuffers) mbarrier_wait(q_empty(item), ((item / kQBuffers) - 1) & 1);
-          load_gmma_tile_async<kBM, D, 128, 1, kDataD>(
-              sQ + (item % kQBuffers) * QTile::kBytes, q_seq + h * p.q_head_stride,
-              p.q_row_stride, tile.r0, seq.q_len);
+          const uint32_t q_tile = sQ + (item % kQBuffers) * QTile::kBytes;
+          if (Cfg::kQByTma && tile.r0 + kBM <= seq.q_len) {
+            if (threadIdx.x == 0) {
+              mbarrier_expect_tx(q_full(item), QTile::kBytes);
+              tma_load_gmma_tile<QTile, D>(q_tile, q_map, h,
+                                           static_cast<int>(seq.q_begin + tile.r0), q_full(item));
+            }
+          } else {
+            load_gmma_tile_async<kBM, D, 128, 1, kDataD>(q_tile, q_seq + h * p.q_head_stride,
+                                                         p.q_row_stride, tile.r0, seq.q_len);
+          }
           cp_async_arrive(q_full(item));
           for (int t = 0; t < tile.walk.count; ++t, ++fill)
             ring.template produce<D, kDataD>(
@@ -811,6 +835,10 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
     throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
                 cudaGetErrorString(attr));
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const CUtensorMap q_map =
+      Cfg::kQByTma ? head_tile_map(p.q, kBf16, p.total_q, p.heads, Cfg::kDataD, p.q_row_stride,
+                                   p.q_head_stride, Cfg::kBlockM)
+                   : CUtensorMap{};
   const CUtensorMap k_map = head_tile_map(p.k, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
                                           p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap v_map = head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, Cfg::kDataD,
@@ -829,7 +857,7 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                   cudaGetErrorString(zeroed));
   }
   kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-      p, k_map, v_map, out_map, order, heads_per_block, work_counter);
+      p, q_map, k_map, v_map, out_map, order, heads_per_block, work_counter);
   check_launch("the Hopper forward kernel");
 }
 
@@ -842,7 +870,8 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 // queries (max_seqlen_q; unknown, 0, keeps two), where two of the three batches measured gained
 // (until 2026-12-02 over 4096, which left 16 x 4k and 3% padding on two consumers).
 struct HopperForwardLongD64
-    : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false> {};
+    : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false, false, 1, false,
+                        true> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
 // Whether the persistent kernel runs a batch, given a work counter (launch_hopper_forward): yes,
