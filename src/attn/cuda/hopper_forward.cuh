@@ -74,7 +74,7 @@ struct ForwardWork {
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          bool QByTma = false>
+          bool QByTma = false, bool StmatrixOut = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -127,6 +127,9 @@ struct HopperForwardTile {
   // against 246.5 with three consumers, d96 366.4 / 465.3 / 502.8 / 435.1 against 353.7 / 453.3 /
   // 500.7 / 424.5, d256 +1.9 to +2.8% at 1k; none slower. So at every shape.
   static constexpr bool kQByTma = QByTma;
+  // StmatrixOut (with TmaOut): the output's staging stores by stmatrix (WarpRowsTmaOut); the output
+  // takes 1,700-1,800 clocks of a 64 x 1k item (the timeline in cuda.md, 2026-12-03).
+  static constexpr bool kStmatrixOut = StmatrixOut;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint32_t q_rows = sQ + wg * 64 * 128;
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = std::conditional_t<Cfg::kTmaOut, WarpRowsTmaOut<T, D, kDataD>,
+  using RowsOut = std::conditional_t<Cfg::kTmaOut, WarpRowsTmaOut<T, D, kDataD, Cfg::kStmatrixOut>,
                                      WarpRowsOut<T, D, Cfg::kOutCols, kDataD>>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
