@@ -44,12 +44,14 @@
 #   PREBUILT=dir: no build; the tests, benchmarks and experiments are dir's binaries (built on the
 #   workstation and sent with the run tool's carry, when too little device time is left for the
 #   build: `cmake -S src/attn/cuda -B build-carry -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C
-#   build-carry test_attention_cuda test_wgmma`, the binaries copied to a directory of their own).
+#   build-carry test_attention_cuda test_wgmma`, the binaries copied to a directory of their own
+#   with the workstation's libcudart.so.13, which the binaries load from there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 want=" ${*:-test bench sanitize} "
 out=${OUT:-gpu-out}
 bin=${PREBUILT:-build-gpu}
+[ -n "${PREBUILT:-}" ] && export LD_LIBRARY_PATH="$(realpath "$bin"):${LD_LIBRARY_PATH:-}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 summary=()

@@ -228,8 +228,8 @@ struct HopperForwardTile {
 //   products 2.8-5.6% fewer at 64 x 1k saved neither time nor energy, and the half product's
 //   branch made ptxas serialize the products elsewhere (C7511; softcap 15-21%, d96 14-25%
 //   slower).
-// - Tried on 2026-12-03 17:00 UTC (the same, median of 10 calls; commits 5250409 and e69daab
-//   hold the code), none kept:
+// - Tried on 2026-12-03 17:00 UTC (the same, median of 10 calls; 46e634d holds the first's code,
+//   e69daab the other three's and the timeline's), none kept:
 //   - a share of the exponentials on the FP32 pipe (2^round(x) times a cubic, nine instructions),
 //     every 4th key octet: d128 431.8 / 552.9 / 606.4 / 486.1 against 452.8 / 581.6 / 635.5 /
 //     508.4, softcap 363.7 / 441.2 / 471.2 / 404.0 against 362.8 / 450.1 / 476.4 / 411.4 (every
