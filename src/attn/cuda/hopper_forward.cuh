@@ -398,17 +398,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int hk = h / group;
           if (item >= kQBuffers) mbarrier_wait(q_empty(item), ((item / kQBuffers) - 1) & 1);
           const uint32_t q_tile = sQ + (item % kQBuffers) * QTile::kBytes;
-          if (Cfg::kQByTma && tile.r0 + kBM <= seq.q_len) {
-            if (threadIdx.x == 0) {
-              mbarrier_expect_tx(q_full(item), QTile::kBytes);
-              tma_load_gmma_tile<QTile, D>(q_tile, q_map, h,
-                                           static_cast<int>(seq.q_begin + tile.r0), q_full(item));
-            }
+          const T* q_head = q_seq + h * p.q_head_stride;
+          if constexpr (Cfg::kQByTma) {
+            load_rows_tma_or_async<kBM, D, kDataD>(q_tile, q_map, h, seq.q_begin, q_head,
+                                                   p.q_row_stride, tile.r0, seq.q_len,
+                                                   q_full(item));
           } else {
-            load_gmma_tile_async<kBM, D, 128, 1, kDataD>(q_tile, q_seq + h * p.q_head_stride,
-                                                         p.q_row_stride, tile.r0, seq.q_len);
+            load_gmma_tile_async<kBM, D, 128, 1, kDataD>(q_tile, q_head, p.q_row_stride, tile.r0,
+                                                         seq.q_len);
+            cp_async_arrive(q_full(item));
           }
-          cp_async_arrive(q_full(item));
           for (int t = 0; t < tile.walk.count; ++t, ++fill)
             ring.template produce<D, kDataD>(
                 fill, tile.walk.first + static_cast<int64_t>(t) * kBN, hk, seq, k_map,

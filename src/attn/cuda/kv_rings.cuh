@@ -20,6 +20,30 @@
 
 namespace varpack::cuda {
 
+// Producer warpgroup, all 128 threads: rows [row0, row0 + ROWS) of one head of a sequence (whose
+// first row is the tensor's row first_row, and which has `rows` rows; src: its first row of that
+// head) into the GmmaTile at dst, arriving on the mbarrier `full`: by the TMA unit (thread 0,
+// `map`'s boxes of ROWS rows, counted in bytes) where all of them lie inside the sequence, else by
+// cp.async from the 128 threads, zero-filling the rows past its end (nothing past it is read; a
+// box would bring the next sequence's rows). DataD: the head dim in memory (the map's boxes past
+// it are zero-filled by the TMA unit).
+template <int ROWS, int D, int DataD, class T>
+__device__ __forceinline__ void load_rows_tma_or_async(uint32_t dst, const CUtensorMap& map,
+                                                       int head, int64_t first_row, const T* src,
+                                                       int64_t row_stride, int64_t row0,
+                                                       int64_t rows, uint32_t full) {
+  using Tile = GmmaTile<ROWS, D>;
+  if (row0 + ROWS <= rows) {
+    if (threadIdx.x == 0) {
+      mbarrier_expect_tx(full, Tile::kBytes);
+      tma_load_gmma_tile<Tile, D>(dst, map, head, static_cast<int>(first_row + row0), full);
+    }
+  } else {
+    load_gmma_tile_async<ROWS, D, 128, 1, DataD>(dst, src, row_stride, row0, rows);
+  }
+  cp_async_arrive(full);
+}
+
 template <class KvTile, int kStages>
 struct KvRings {
   static constexpr int kBarriers = 4 * kStages;
@@ -62,10 +86,13 @@ struct KvRings {
                                           const CUtensorMap& k_map, const T* k, int64_t k_stride,
                                           const CUtensorMap& v_map, const T* v,
                                           int64_t v_stride) const {
+    constexpr int kBN = KvTile::kBytes / (2 * D);
     if (g >= kStages) mbarrier_wait(k_empty(g), ((g / kStages) & 1) ^ 1);
-    load<D, DataD>(k_stage(g), k_map, k, k_stride, n0, hk, seq, k_full(g));
+    load_rows_tma_or_async<kBN, D, DataD>(k_stage(g), k_map, hk, seq.k_begin, k, k_stride, n0,
+                                          seq.k_len, k_full(g));
     if (g >= kStages) mbarrier_wait(v_empty(g), ((g / kStages) & 1) ^ 1);
-    load<D, DataD>(v_stage(g), v_map, v, v_stride, n0, hk, seq, v_full(g));
+    load_rows_tma_or_async<kBN, D, DataD>(v_stage(g), v_map, hk, seq.k_begin, v, v_stride, n0,
+                                          seq.k_len, v_full(g));
   }
 
   // Consumers: wait for tile g's K or V (then order its cp.async bytes, if any, before wgmma reads
@@ -80,21 +107,6 @@ struct KvRings {
   }
 
  private:
-  template <int D, int DataD, class T>
-  __device__ __forceinline__ static void load(uint32_t dst, const CUtensorMap& map, const T* src,
-                                              int64_t row_stride, int64_t n0, int hk,
-                                              const SequenceBounds& seq, uint32_t full) {
-    constexpr int kBN = KvTile::kBytes / (2 * D);
-    if (n0 + kBN <= seq.k_len) {
-      if (threadIdx.x == 0) {
-        mbarrier_expect_tx(full, KvTile::kBytes);
-        tma_load_gmma_tile<KvTile, D>(dst, map, hk, static_cast<int>(seq.k_begin + n0), full);
-      }
-    } else {
-      load_gmma_tile_async<kBN, D, 128, 1, DataD>(dst, src, row_stride, n0, seq.k_len);
-    }
-    cp_async_arrive(full);
-  }
   __device__ __forceinline__ static void wait_full(uint32_t bar, int g) {
     mbarrier_wait(bar, (g / kStages) & 1);
     fence_proxy_async();
