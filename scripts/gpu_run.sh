@@ -21,7 +21,8 @@
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
-#   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: the step's time limit, default 330 s;
+#   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: each round's time limit, default 330 s;
+#   TUNE_ROUNDS=3: that many rounds one after another (default 1), each logged apart;
 #   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
 #   call (at the power cap, where training runs);
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
@@ -141,7 +142,9 @@ if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
       step bench.log "tile_shapes_$round" "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
     done
   else
-    step bench.log tile_shapes "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
+    for round in $(seq 1 "${TUNE_ROUNDS:-1}"); do
+      step bench.log "tile_shapes_$round" "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
+    done
   fi
 fi
 if [[ $want == *" profile "* ]] && [ -x $bin/bench_attention_cuda ]; then

@@ -74,7 +74,7 @@ struct ForwardWork {
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          bool QByTma = false, bool StmatrixOut = false>
+          bool QByTma = false, bool SoftcapFixedMax = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -127,9 +127,15 @@ struct HopperForwardTile {
   // against 246.5 with three consumers, d96 366.4 / 465.3 / 502.8 / 435.1 against 353.7 / 453.3 /
   // 500.7 / 424.5, d256 +1.9 to +2.8% at 1k; none slower. So at every shape.
   static constexpr bool kQByTma = QByTma;
-  // StmatrixOut (with TmaOut): the output's staging stores by stmatrix (WarpRowsTmaOut); the output
-  // takes 1,700-1,800 clocks of a 64 x 1k item (the timeline in cuda.md, 2026-12-03).
-  static constexpr bool kStmatrixOut = StmatrixOut;
+  // SoftcapFixedMax (bf16 with softcap <= kFixedMaxSoftcapLimit): every raw score is a tanh in
+  // [-1, 1], so exp2(raw * softcap * log2(e)) lies in [2^-92, 2^92] for softcap <= 64: inside
+  // fp32's and bf16's normal range, and a row's sum of 2^31 of them below 2^127. The softmax then
+  // subtracts no maximum: no row maximum, no shuffles for it, no O *= alpha (ptxas, d128: the
+  // persistent kernel's 2550 instructions 2400, FMNMX 70 -> 0, FFMA 98 -> 28). But a row's largest
+  // P is then no longer exactly 1 and loses bits to bf16 too: bench/cuda/softcap_shift_model.py
+  // puts the output's error at up to 2-4x the online softmax's on rows with a few dominant keys
+  // (softcap 50: 7.6e-3 against 2.2e-3). Not fp16 (P above 65504). An experiment (tile_shapes).
+  static constexpr bool kSoftcapFixedMax = SoftcapFixedMax;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -245,6 +251,12 @@ struct HopperForwardTile {
 //   (4.5 key tiles) at about 19,300 clocks: 3.5 loop tiles of about 3,440 (products about 1,970 of
 //   them, both consumers'), and some 6,400 at its start and end (Q and first K waits 620, first
 //   S = Q K^T 750, first softmax 1,490, last O += P V 840, output 1,710-1,830).
+// - Tried on 2026-12-03 20:20 UTC (the same, one round; 52cbbb2 holds the code), not kept: the
+//   output's staging by stmatrix.x4 (8 a thread at d128 instead of 32 32-bit stores) 485.1 /
+//   587.8 / 642.0 / 527.5 against 485.4 / 588.9 / 642.1 / 525.5, a draw; softcap 404.6 / 438.1 /
+//   466.4 / 409.2 against 414.8 / 458.9 / 490.0 / 423.3 (2.5-5% slower, again in a second
+//   partial round); d64 +0.3-1.2%; d96 472.1 against 486.3 at 16 x 4k. The output's 1,700-1,800
+//   clocks are not its shared-memory stores.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
@@ -430,12 +442,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   float o[D / 2];
   const float c_log2 = raw_to_log2<kSoftcap>(p);
+  constexpr bool kFixedMax =
+      kSoftcap && Cfg::kSoftcapFixedMax && std::is_same_v<T, __nv_bfloat16>;
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
   // This warpgroup's 64 rows in each column block of the current item's Q.
   uint32_t q_rows = sQ + wg * 64 * 128;
   // P of the last tile softmax went through, as the A operand of O += P V.
   uint32_t pf[kBN / 16][4];
-  using RowsOut = std::conditional_t<Cfg::kTmaOut, WarpRowsTmaOut<T, D, kDataD, Cfg::kStmatrixOut>,
+  using RowsOut = std::conditional_t<Cfg::kTmaOut, WarpRowsTmaOut<T, D, kDataD>,
                                      WarpRowsOut<T, D, Cfg::kOutCols, kDataD>>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const uint32_t scratch = sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes;
@@ -539,46 +553,60 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
       }
     }
+    if constexpr (kFixedMax) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-      if constexpr (Cfg::kTreeReduce && !kSoftcap) {
-        mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
-      } else {
-#pragma unroll
-        for (int i = 0; i < kBN / 8; ++i)
-          mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float m_new = fmaxf(row_max[r], mx);
-      if constexpr (Cfg::kLazyRescale) {
-        // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
-        // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
-        if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
-      }
-      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
-      const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
-      if (!Cfg::kLazyRescale || m_new != row_max[r]) {
-        alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
-        row_max[r] = m_new;
-        row_sum[r] *= alpha[r];
-      } else {
+      for (int r = 0; r < 2; ++r) {
         alpha[r] = 1.f;
-      }
-      if constexpr (Cfg::kTreeReduce && !kSoftcap) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
-        }
-        row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
-      } else {
-#pragma unroll
-        for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = fast_exp2(s[4 * i + 2 * r] * c_log2);
+          s[4 * i + 2 * r + 1] = fast_exp2(s[4 * i + 2 * r + 1] * c_log2);
           row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+        if constexpr (Cfg::kTreeReduce && !kSoftcap) {
+          mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
+        } else {
+#pragma unroll
+          for (int i = 0; i < kBN / 8; ++i)
+            mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float m_new = fmaxf(row_max[r], mx);
+        if constexpr (Cfg::kLazyRescale) {
+          // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
+          // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
+          if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
+        }
+        // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+        const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+        if (!Cfg::kLazyRescale || m_new != row_max[r]) {
+          alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
+          row_max[r] = m_new;
+          row_sum[r] *= alpha[r];
+        } else {
+          alpha[r] = 1.f;
+        }
+        if constexpr (Cfg::kTreeReduce && !kSoftcap) {
+#pragma unroll
+          for (int i = 0; i < kBN / 8; ++i) {
+            s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+            s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          }
+          row_sum[r] +=
+              RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
+        } else {
+#pragma unroll
+          for (int i = 0; i < kBN / 8; ++i) {
+            s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+            s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+            row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+          }
         }
       }
     }
@@ -587,7 +615,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // layout of k-step kk.
   auto rescale_and_pack = [&](const float (&s)[kBN / 2], const float (&alpha)[2]) {
     pin_registers(o);
-    if (!Cfg::kLazyRescale || alpha[0] != 1.f || alpha[1] != 1.f) {
+    if (!kFixedMax && (!Cfg::kLazyRescale || alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int i = 0; i < D / 8; ++i)
 #pragma unroll
@@ -675,7 +703,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int64_t row = m0 + warp_row + g + 8 * r;
           if (qd == 0 && p.lse != nullptr && row < seq.q_len)
             p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-                sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
+                sum > 0.f ? ((kFixedMax ? 0.f : row_max[r] * c_log2) + log2f(sum)) * kLn2
+                          : INFINITY;
         }
         T* const out_rows = static_cast<T*>(p.out) +
                             (seq.q_begin + m0 + warp_row) * p.out_row_stride +
@@ -805,6 +834,9 @@ inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, i
   return order;
 }
 
+// The largest softcap of HopperForwardTile's SoftcapFixedMax (exp2's arguments within +-92).
+inline constexpr float kFixedMaxSoftcapLimit = 64.f;
+
 // heads_per_block 0: forward_heads_per_block's choice; otherwise a divisor of p.heads.
 // work_counter: null, or one int32 of device memory for the persistent kernel (zeroed here).
 template <class T, class Cfg>
@@ -825,6 +857,10 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
     throw Error("varpack CUDA attention: too many query tiles x heads for one launch (" +
                 std::to_string(order.blocks()) + " blocks of " + std::to_string(Cfg::kBlockM) +
                 " queries); split the batch");
+  if (Cfg::kSoftcapFixedMax && p.softcap > kFixedMaxSoftcapLimit)
+    throw Error("varpack CUDA attention: this forward's softmax without a maximum needs softcap <= " +
+                std::to_string(kFixedMaxSoftcapLimit) + " (got " + std::to_string(p.softcap) +
+                ")");
   const bool persistent = work_counter != nullptr;
   const auto kernel =
       p.softcap > 0.f ? (persistent ? hopper_forward_kernel<T, Cfg, true, true>

@@ -18,9 +18,7 @@ namespace varpack::cuda {
 
 // D: the accumulator's columns; DataD: those in memory (a head dim held in a wider tile: 96 in 128;
 // the tensor map's extent, so the last box's columns past it are not written).
-// Stmatrix: the staging stores by stmatrix (four 8 x 8 matrices an instruction: 8 a thread at
-// d128) instead of one 32-bit store per column pair (32).
-template <class T, int D, int DataD = D, bool Stmatrix = false>
+template <class T, int D, int DataD = D>
 struct WarpRowsTmaOut {
   static_assert(DataD <= D && DataD % 8 == 0, "whole 16-byte chunks");
   // The staging area: 16 rows in the 128-byte-swizzled layout that head_tile_map's boxes load into
@@ -42,30 +40,12 @@ struct WarpRowsTmaOut {
     const int g = lane / 4, qd = lane % 4;
     if (lane == 0) bulk_wait_read<0>();  // the previous store's boxes have left the scratch
     __syncwarp();
-    if constexpr (Stmatrix) {
-      // Matrix j of a group: rows 8 (j % 2) .. + 7 of 16-byte chunk n + j / 2; this lane gives a
-      // row address of matrix lane / 8.
-      const int m = lane / 8, row = 8 * (m % 2) + lane % 8;
 #pragma unroll
-      for (int n = 0; n < kChunks; n += 2) {
-        uint32_t frag[4];
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int nn = n + j / 2, r = j % 2;
-          frag[j] =
-              Mma<T>::pack(acc[4 * nn + 2 * r] * scale[r], acc[4 * nn + 2 * r + 1] * scale[r]);
-        }
-        stmatrix_x4(scratch + Staging::offset(row, n + m / 2), frag);
-      }
-    } else {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int n = 0; n < kChunks; ++n)
-          st_shared_b32(
-              scratch + Staging::offset(g + 8 * r, n) + 4 * qd,
-              Mma<T>::pack(acc[4 * n + 2 * r] * scale[r], acc[4 * n + 2 * r + 1] * scale[r]));
-    }
+      for (int n = 0; n < kChunks; ++n)
+        st_shared_b32(scratch + Staging::offset(g + 8 * r, n) + 4 * qd,
+                      Mma<T>::pack(acc[4 * n + 2 * r] * scale[r], acc[4 * n + 2 * r + 1] * scale[r]));
     // The stores above, before the TMA unit reads them; on both paths, since with the fence and the
     // barrier inside the branch ptxas took the forward's wgmma descriptors out of uniform
     // registers (scripts/sass_loop.py, d128: the loop's 736 instructions became 767, 32 of them

@@ -148,10 +148,9 @@ int main(int argc, char** argv) {
       // with and without softcap.
       {"wgmma fwd Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd softcap, Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
-      // The output's staging by stmatrix (StmatrixOut), with and without softcap.
-      {"wgmma fwd stmatrix out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
-      {"wgmma fwd softcap, stmatrix out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       {"wgmma fwd softcap (lib)", [](auto& p, void*) { launch_hopper_forward<T, 128>(p, nullptr, work_counter); }, true, 128, true},
+      // Softcap's softmax without a row maximum (SoftcapFixedMax; bf16 only, softcap <= 64).
+      {"wgmma fwd softcap, no maximum", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       {"wgmma fwd softcap, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
@@ -177,7 +176,6 @@ int main(int argc, char** argv) {
       {"wgmma fwd d64 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, true, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 3 consumers, Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false, false, 1, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
-      {"wgmma fwd d64 stmatrix out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 3 consumers, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       // Head dim 256: 64-key tiles, the output staged 64 columns at a time (for room).
       {"mma fwd d256 (sm_80)", [](auto& p, void*) { launch_forward<T, 256>(p, nullptr); }, true, 256},
@@ -204,7 +202,6 @@ int main(int argc, char** argv) {
       {"wgmma fwd d96 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, false, 1, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, false, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true, 2, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
-      {"wgmma fwd d96 stmatrix out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true, 2, true, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, true, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       // The mma.sync d96 backward (atomic dQ; the library's on sm_80) and the Hopper ones: the
       // two passes (the deterministic mode's), then atomic dQ (the dQ products on d128's columns,
