@@ -22,12 +22,13 @@
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: each round's time limit, default 330 s;
-#   TUNE_ROUNDS=3: that many rounds one after another (default 1), each logged apart;
+#   TUNE_ROUNDS=3: that many rounds one after another (default 1; 2 with BASELINE), each logged
+#   apart;
 #   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
 #   call (at the power cap, where training runs);
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
-#   sent with the run tool's carry), the two binaries run in turn, twice each, to compare the
-#   library's variants across a change that the experiments cannot hold side by side);
+#   sent with the run tool's carry), the two binaries run in turn, TUNE_ROUNDS times, to compare
+#   the library's variants across a change that the experiments cannot hold side by side);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_D: the head dim, default 128; PROFILE_SKIP: launches of the
 #   kernel skipped (default 2: for hopper_backward_kernel a deterministic-mode launch, 6 the first
@@ -136,7 +137,7 @@ fi
 if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
   if [ -n "${BASELINE:-}" ]; then
     wait "$baseline_pid"
-    for round in 1 2; do
+    for round in $(seq 1 "${TUNE_ROUNDS:-2}"); do
       step bench.log "tile_shapes_baseline_$round" "${TUNE_S:-330}" build-baseline/tile_shapes 10 \
         ${TUNE_DIMS:-}
       step bench.log "tile_shapes_$round" "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}

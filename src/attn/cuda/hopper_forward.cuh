@@ -270,6 +270,13 @@ struct HopperForwardConfig
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
                                                D != 128, true>>> {};
 
+// Whether the kernel's softcap path takes SoftcapFixedMax (bf16 only), for the kernel and the
+// launcher's softcap check alike.
+template <class T, class Cfg>
+constexpr bool softmax_without_maximum() {
+  return Cfg::kSoftcapFixedMax && std::is_same_v<T, __nv_bfloat16>;
+}
+
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
 template <int First, int N>
@@ -442,8 +449,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   float o[D / 2];
   const float c_log2 = raw_to_log2<kSoftcap>(p);
-  constexpr bool kFixedMax =
-      kSoftcap && Cfg::kSoftcapFixedMax && std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kFixedMax = kSoftcap && softmax_without_maximum<T, Cfg>();
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
   // This warpgroup's 64 rows in each column block of the current item's Q.
   uint32_t q_rows = sQ + wg * 64 * 128;
@@ -857,10 +863,10 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
     throw Error("varpack CUDA attention: too many query tiles x heads for one launch (" +
                 std::to_string(order.blocks()) + " blocks of " + std::to_string(Cfg::kBlockM) +
                 " queries); split the batch");
-  if (Cfg::kSoftcapFixedMax && p.softcap > kFixedMaxSoftcapLimit)
-    throw Error("varpack CUDA attention: this forward's softmax without a maximum needs softcap <= " +
+  if (softmax_without_maximum<T, Cfg>() && p.softcap > kFixedMaxSoftcapLimit)
+    throw Error("varpack CUDA attention: a forward config with SoftcapFixedMax needs softcap <= " +
                 std::to_string(kFixedMaxSoftcapLimit) + " (got " + std::to_string(p.softcap) +
-                ")");
+                "); launch a config without it");
   const bool persistent = work_counter != nullptr;
   const auto kernel =
       p.softcap > 0.f ? (persistent ? hopper_forward_kernel<T, Cfg, true, true>
