@@ -47,13 +47,24 @@ size_t attention_backward_workspace_bytes_cuda(const AttentionBackwardParams& pa
 void attention_backward_cuda(const AttentionBackwardParams& params, void* workspace,
                              cudaStream_t stream);
 
-// Sets rows [cu_seqlens[batch], total_rows) of a contiguous [total_rows, row_elems] 16-bit tensor
-// to zero, reading cu_seqlens[batch] on the device (the tail that belongs to no sequence).
-void zero_rows_past_end_cuda(void* data, int64_t row_bytes, int64_t total_rows,
-                             const int32_t* cu_seqlens, int64_t batch, cudaStream_t stream);
+// One region past the end of the sequences (rows that belong to none): in each of `planes`
+// planes plane_stride bytes apart, rows [cu_seqlens[batch], total_rows) of row_bytes each, set to
+// zero (outputs, gradients; rows, planes and data 16-byte aligned) or, with `infinity`, to fp32
+// +inf (lse: those rows see no key; 4-byte aligned). cu_seqlens[batch] is read on the device.
+struct PastEndFill {
+  void* data = nullptr;
+  int64_t row_bytes = 0;
+  int64_t total_rows = 0;
+  int64_t planes = 1;
+  int64_t plane_stride = 0;
+  const int32_t* cu_seqlens = nullptr;
+  int64_t batch = 0;
+  bool infinity = false;
+};
 
-// Sets lse[h, i] = +inf for i in [cu_seqlens[batch], total_rows): those rows see no key.
-void fill_lse_past_end_cuda(float* lse, int64_t head_stride, int heads, int64_t total_rows,
-                            const int32_t* cu_seqlens, int64_t batch, cudaStream_t stream);
+// Fills up to kMaxPastEndFills regions in one launch: a training step's forward has two (out,
+// lse), its backward three (dq, dk, dv), and each launch costs more than the usual few rows.
+inline constexpr int kMaxPastEndFills = 3;
+void fill_past_end_cuda(const PastEndFill* fills, int count, cudaStream_t stream);
 
 }  // namespace varpack

@@ -1,7 +1,7 @@
 // The CUDA implementation of the varpack::varlen_fwd / varlen_bwd operators (schema in
 // ../attention_op.cpp): the kernels of src/attn/cuda, queued on torch's current stream. No
 // device-to-host copy anywhere: max_seqlen are host ints, cu_seqlens stay on the device, and the
-// rows past cu_seqlens[-1] are filled by small kernels that read cu_seqlens[-1] themselves.
+// rows past cu_seqlens[-1] are filled by one small kernel per call that reads cu_seqlens[-1].
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -16,11 +16,29 @@
 namespace varpack::op {
 namespace {
 
-void zero_tail(at::Tensor& t, const at::Tensor& cu_seqlens, cudaStream_t stream) {
-  const int64_t rows = t.size(0);
-  const int64_t row_bytes = rows > 0 ? t.numel() / rows * t.element_size() : 0;
-  zero_rows_past_end_cuda(t.data_ptr(), row_bytes, rows, cu_seqlens.data_ptr<int32_t>(),
-                          cu_seqlens.numel() - 1, stream);
+// Zeros in t's rows past cu_seqlens[-1] (t: [rows, ...], contiguous).
+PastEndFill zero_tail(at::Tensor& t, const at::Tensor& cu_seqlens) {
+  PastEndFill f;
+  f.data = t.data_ptr();
+  f.total_rows = t.size(0);
+  f.row_bytes = f.total_rows > 0 ? t.numel() / f.total_rows * t.element_size() : 0;
+  f.cu_seqlens = cu_seqlens.data_ptr<int32_t>();
+  f.batch = cu_seqlens.numel() - 1;
+  return f;
+}
+
+// +inf in each head's rows of lse ([heads, rows], fp32) past cu_seqlens[-1].
+PastEndFill infinite_lse_tail(at::Tensor& lse, const at::Tensor& cu_seqlens) {
+  PastEndFill f;
+  f.data = lse.data_ptr();
+  f.row_bytes = 4;
+  f.total_rows = lse.size(1);
+  f.planes = lse.size(0);
+  f.plane_stride = lse.stride(0) * 4;
+  f.cu_seqlens = cu_seqlens.data_ptr<int32_t>();
+  f.batch = cu_seqlens.numel() - 1;
+  f.infinity = true;
+  return f;
 }
 
 std::tuple<at::Tensor, at::Tensor> varlen_fwd_cuda(
@@ -46,10 +64,9 @@ std::tuple<at::Tensor, at::Tensor> varlen_fwd_cuda(
         at::empty({static_cast<int64_t>(attention_forward_workspace_bytes_cuda(p))},
                   q.options().dtype(at::kByte));
     attention_forward_cuda(p, workspace.data_ptr(), stream);
-    zero_tail(out, cu_seqlens_q, stream);
-    fill_lse_past_end_cuda(lse.data_ptr<float>(), lse.stride(0), static_cast<int>(lse.size(0)),
-                           lse.size(1), cu_seqlens_q.data_ptr<int32_t>(),
-                           cu_seqlens_q.numel() - 1, stream);
+    const PastEndFill fills[] = {zero_tail(out, cu_seqlens_q),
+                                 infinite_lse_tail(lse, cu_seqlens_q)};
+    fill_past_end_cuda(fills, 2, stream);
   });
   return {out, lse};
 }
@@ -83,9 +100,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_bwd_cuda(
         at::empty({static_cast<int64_t>(attention_backward_workspace_bytes_cuda(p))},
                   q.options().dtype(at::kByte));
     attention_backward_cuda(p, workspace.data_ptr(), stream);
-    zero_tail(dq, cu_seqlens_q, stream);
-    zero_tail(dk, cu_seqlens_k, stream);
-    zero_tail(dv, cu_seqlens_k, stream);
+    const PastEndFill fills[] = {zero_tail(dq, cu_seqlens_q), zero_tail(dk, cu_seqlens_k),
+                                 zero_tail(dv, cu_seqlens_k)};
+    fill_past_end_cuda(fills, 3, stream);
   });
   return {dq, dk, dv};
 }

@@ -74,7 +74,7 @@ struct ForwardWork {
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          bool QByTma = false, bool SoftcapFixedMax = false>
+          bool QByTma = false, int SoftcapExpOnFmaEvery = 0, int ExpOnFmaEvery = 0>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -127,15 +127,15 @@ struct HopperForwardTile {
   // against 246.5 with three consumers, d96 366.4 / 465.3 / 502.8 / 435.1 against 353.7 / 453.3 /
   // 500.7 / 424.5, d256 +1.9 to +2.8% at 1k; none slower. So at every shape.
   static constexpr bool kQByTma = QByTma;
-  // SoftcapFixedMax (bf16 with softcap <= kFixedMaxSoftcapLimit): every raw score is a tanh in
-  // [-1, 1], so exp2(raw * softcap * log2(e)) lies in [2^-92, 2^92] for softcap <= 64: inside
-  // fp32's and bf16's normal range, and a row's sum of 2^31 of them below 2^127. The softmax then
-  // subtracts no maximum: no row maximum, no shuffles for it, no O *= alpha (ptxas, d128: the
-  // persistent kernel's 2550 instructions 2400, FMNMX 70 -> 0, FFMA 98 -> 28). But a row's largest
-  // P is then no longer exactly 1 and loses bits to bf16 too: bench/cuda/softcap_shift_model.py
-  // puts the output's error at up to 2-4x the online softmax's on rows with a few dominant keys
-  // (softcap 50: 7.6e-3 against 2.2e-3). Not fp16 (P above 65504). An experiment (tile_shapes).
-  static constexpr bool kSoftcapFixedMax = SoftcapFixedMax;
+  // SoftcapExpOnFmaEvery = k > 0: with softcap, every k-th key octet's exp2 runs on the FMA and
+  // ALU pipes (exp2_on_fma, 9 instructions) instead of MUFU; ExpOnFmaEvery the same without
+  // softcap. MUFU takes 8 clocks per warp instruction on an SM sub-partition: at d128 a thread's
+  // 64 exp2 per tile are then half the clocks of the tile's wgmma at full rate, and softcap's
+  // tanh doubles that to all of them; at d64 (half the wgmma per score) even the plain exp2 take
+  // all. k = 4 / 2 moves an eighth / a quarter of softcap's MUFU work; the issue slots it costs
+  // are spare at these sizes. Experiments (tile_shapes) unless a library config sets them.
+  static constexpr int kSoftcapExpOnFmaEvery = SoftcapExpOnFmaEvery;
+  static constexpr int kExpOnFmaEvery = ExpOnFmaEvery;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -257,24 +257,35 @@ struct HopperForwardTile {
 //   466.4 / 409.2 against 414.8 / 458.9 / 490.0 / 423.3 (2.5-5% slower, again in a second
 //   partial round); d64 +0.3-1.2%; d96 472.1 against 486.3 at 16 x 4k. The output's 1,700-1,800
 //   clocks are not its shared-memory stores.
+// - Tried on 2026-12-03 22:25 UTC (tile_shapes, three rounds in one call; c0a7108 holds the
+//   code), not kept: softcap's softmax without a row maximum (P = exp2(raw * softcap * log2 e),
+//   in fp32's range for softcap <= 64 since raw is a tanh): softcap +0.6 to +3.2% in every round,
+//   the first's 378.0 / 472.7 / 496.1 / 431.8 against 368.8 / 463.0 / 482.1 / 421.1, max|diff|
+//   1.6e-2 against the library's output. A float64 model put its error on rows with a few
+//   dominant keys at 2-4x the online softmax's (softcap 30: 4.8e-3 against 1.3e-3): too little
+//   speed for that.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
           D == 64,
-          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true>,
+          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true,
+                            2>,
           std::conditional_t<D == 256,
                              HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, true,
                                                false, 1, false, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
-                                               D != 128, true>>> {};
+                                               D != 128, true, 2>>> {};
 
-// Whether the kernel's softcap path takes SoftcapFixedMax (bf16 only), for the kernel and the
-// launcher's softcap check alike.
-template <class T, class Cfg>
-constexpr bool softmax_without_maximum() {
-  return Cfg::kSoftcapFixedMax && std::is_same_v<T, __nv_bfloat16>;
+// exp2 of a score in key octet i of a tile: on MUFU, or on the FMA pipe for every Every-th octet
+// (HopperForwardTile's ExpOnFmaEvery; i is a compile-time constant in the unrolled loops).
+template <int Every>
+__device__ __forceinline__ float octet_exp2(int i, float x) {
+  if constexpr (Every > 0) {
+    if (i % Every == Every - 1) return exp2_on_fma(x);
+  }
+  return fast_exp2(x);
 }
 
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
@@ -449,7 +460,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   float o[D / 2];
   const float c_log2 = raw_to_log2<kSoftcap>(p);
-  constexpr bool kFixedMax = kSoftcap && softmax_without_maximum<T, Cfg>();
+  constexpr int kExpEvery = kSoftcap ? Cfg::kSoftcapExpOnFmaEvery : Cfg::kExpOnFmaEvery;
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
   // This warpgroup's 64 rows in each column block of the current item's Q.
   uint32_t q_rows = sQ + wg * 64 * 128;
@@ -559,60 +570,48 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
       }
     }
-    if constexpr (kFixedMax) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+      if constexpr (Cfg::kTreeReduce && !kSoftcap) {
+        mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
+      } else {
+#pragma unroll
+        for (int i = 0; i < kBN / 8; ++i)
+          mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float m_new = fmaxf(row_max[r], mx);
+      if constexpr (Cfg::kLazyRescale) {
+        // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
+        // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
+        if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
+      }
+      // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
+      const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
+      if (!Cfg::kLazyRescale || m_new != row_max[r]) {
+        alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
+        row_max[r] = m_new;
+        row_sum[r] *= alpha[r];
+      } else {
         alpha[r] = 1.f;
+      }
+      if constexpr (Cfg::kTreeReduce && !kSoftcap) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = fast_exp2(s[4 * i + 2 * r] * c_log2);
-          s[4 * i + 2 * r + 1] = fast_exp2(s[4 * i + 2 * r + 1] * c_log2);
+          s[4 * i + 2 * r] = octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] =
+              octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+        }
+        row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
+      } else {
+#pragma unroll
+        for (int i = 0; i < kBN / 8; ++i) {
+          s[4 * i + 2 * r] = octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] =
+              octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
           row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
-        }
-      }
-    } else {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-        if constexpr (Cfg::kTreeReduce && !kSoftcap) {
-          mx = RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
-        } else {
-#pragma unroll
-          for (int i = 0; i < kBN / 8; ++i)
-            mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float m_new = fmaxf(row_max[r], mx);
-        if constexpr (Cfg::kLazyRescale) {
-          // Keeps the old maximum unless the new one is over 8 above it in exp2's units (a row's
-          // first visible key: +inf above -inf; no visible key yet: NaN, kept at -inf).
-          if (!((m_new - row_max[r]) * c_log2 > 8.f)) m_new = row_max[r];
-        }
-        // A row with no visible key so far keeps max -inf; subtract 0 so exp2 gives 0, not NaN.
-        const float m_use = (m_new == -INFINITY ? 0.f : m_new) * c_log2;
-        if (!Cfg::kLazyRescale || m_new != row_max[r]) {
-          alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
-          row_max[r] = m_new;
-          row_sum[r] *= alpha[r];
-        } else {
-          alpha[r] = 1.f;
-        }
-        if constexpr (Cfg::kTreeReduce && !kSoftcap) {
-#pragma unroll
-          for (int i = 0; i < kBN / 8; ++i) {
-            s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-            s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
-          }
-          row_sum[r] +=
-              RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
-        } else {
-#pragma unroll
-          for (int i = 0; i < kBN / 8; ++i) {
-            s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-            s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
-            row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
-          }
         }
       }
     }
@@ -621,7 +620,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // layout of k-step kk.
   auto rescale_and_pack = [&](const float (&s)[kBN / 2], const float (&alpha)[2]) {
     pin_registers(o);
-    if (!kFixedMax && (!Cfg::kLazyRescale || alpha[0] != 1.f || alpha[1] != 1.f)) {
+    if (!Cfg::kLazyRescale || alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
       for (int i = 0; i < D / 8; ++i)
 #pragma unroll
@@ -709,8 +708,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int64_t row = m0 + warp_row + g + 8 * r;
           if (qd == 0 && p.lse != nullptr && row < seq.q_len)
             p.lse[h * p.lse_head_stride + seq.q_begin + row] =
-                sum > 0.f ? ((kFixedMax ? 0.f : row_max[r] * c_log2) + log2f(sum)) * kLn2
-                          : INFINITY;
+                sum > 0.f ? (row_max[r] * c_log2 + log2f(sum)) * kLn2 : INFINITY;
         }
         T* const out_rows = static_cast<T*>(p.out) +
                             (seq.q_begin + m0 + warp_row) * p.out_row_stride +
@@ -840,9 +838,6 @@ inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, i
   return order;
 }
 
-// The largest softcap of HopperForwardTile's SoftcapFixedMax (exp2's arguments within +-92).
-inline constexpr float kFixedMaxSoftcapLimit = 64.f;
-
 // heads_per_block 0: forward_heads_per_block's choice; otherwise a divisor of p.heads.
 // work_counter: null, or one int32 of device memory for the persistent kernel (zeroed here).
 template <class T, class Cfg>
@@ -863,10 +858,6 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
     throw Error("varpack CUDA attention: too many query tiles x heads for one launch (" +
                 std::to_string(order.blocks()) + " blocks of " + std::to_string(Cfg::kBlockM) +
                 " queries); split the batch");
-  if (softmax_without_maximum<T, Cfg>() && p.softcap > kFixedMaxSoftcapLimit)
-    throw Error("varpack CUDA attention: a forward config with SoftcapFixedMax needs softcap <= " +
-                std::to_string(kFixedMaxSoftcapLimit) + " (got " + std::to_string(p.softcap) +
-                "); launch a config without it");
   const bool persistent = work_counter != nullptr;
   const auto kernel =
       p.softcap > 0.f ? (persistent ? hopper_forward_kernel<T, Cfg, true, true>
@@ -915,7 +906,7 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 // (until 2026-12-02 over 4096, which left 16 x 4k and 3% padding on two consumers).
 struct HopperForwardLongD64
     : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false, false, 1, false,
-                        true> {};
+                        true, 2> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
 // Whether the persistent kernel runs a batch, given a work counter (launch_hopper_forward): yes,
