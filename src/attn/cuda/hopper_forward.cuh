@@ -74,7 +74,7 @@ struct ForwardWork {
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          bool QByTma = false, int SoftcapExpOnFmaEvery = 0, int ExpOnFmaEvery = 0>
+          bool QByTma = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -127,15 +127,6 @@ struct HopperForwardTile {
   // against 246.5 with three consumers, d96 366.4 / 465.3 / 502.8 / 435.1 against 353.7 / 453.3 /
   // 500.7 / 424.5, d256 +1.9 to +2.8% at 1k; none slower. So at every shape.
   static constexpr bool kQByTma = QByTma;
-  // SoftcapExpOnFmaEvery = k > 0: with softcap, every k-th key octet's exp2 runs on the FMA and
-  // ALU pipes (exp2_on_fma, 9 instructions) instead of MUFU; ExpOnFmaEvery the same without
-  // softcap. MUFU takes 8 clocks per warp instruction on an SM sub-partition: at d128 a thread's
-  // 64 exp2 per tile are then half the clocks of the tile's wgmma at full rate, and softcap's
-  // tanh doubles that to all of them; at d64 (half the wgmma per score) even the plain exp2 take
-  // all. k = 4 / 2 moves an eighth / a quarter of softcap's MUFU work; the issue slots it costs
-  // are spare at these sizes. Experiments (tile_shapes) unless a library config sets them.
-  static constexpr int kSoftcapExpOnFmaEvery = SoftcapExpOnFmaEvery;
-  static constexpr int kExpOnFmaEvery = ExpOnFmaEvery;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -264,29 +255,27 @@ struct HopperForwardTile {
 //   1.6e-2 against the library's output. A float64 model put its error on rows with a few
 //   dominant keys at 2-4x the online softmax's (softcap 30: 4.8e-3 against 1.3e-3): too little
 //   speed for that.
+// - Tried on 2026-12-03 23:00 UTC (tile_shapes, two rounds; d661302 holds the code), not kept:
+//   part of the exp2 on the FMA and ALU pipes instead of MUFU (round(x) by the 1.5 * 2^23 shift
+//   into the exponent, 2^f by a cubic; 9 instructions for MUFU's one), as softcap's tanh doubles
+//   the MUFU work. Slower everywhere: softcap at d128, TFLOP/s at 64 x 1k / 16 x 4k / mixed with
+//   a quarter / an eighth / half of MUFU's work moved, against none: 365.0 / 415.3 / 372.6,
+//   397.3 / 455.6 / 405.4, 324.7 / 368.0 / 332.7 against 411.8 / 478.9 / 422.5; d96 -7%; d64
+//   without softcap -1 to -3% (an eighth, a sixteenth), with softcap +6% at 1k but -12% at 4k.
+//   MUFU's throughput is not what holds softcap back; the extra instructions lengthen the
+//   softmax that the other consumer's products must cover.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
     : std::conditional_t<
           D == 64,
-          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true,
-                            2>,
+          HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true>,
           std::conditional_t<D == 256,
                              HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, true,
                                                false, 1, false, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
-                                               D != 128, true, 2>>> {};
-
-// exp2 of a score in key octet i of a tile: on MUFU, or on the FMA pipe for every Every-th octet
-// (HopperForwardTile's ExpOnFmaEvery; i is a compile-time constant in the unrolled loops).
-template <int Every>
-__device__ __forceinline__ float octet_exp2(int i, float x) {
-  if constexpr (Every > 0) {
-    if (i % Every == Every - 1) return exp2_on_fma(x);
-  }
-  return fast_exp2(x);
-}
+                                               D != 128, true>>> {};
 
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
@@ -460,7 +449,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   float o[D / 2];
   const float c_log2 = raw_to_log2<kSoftcap>(p);
-  constexpr int kExpEvery = kSoftcap ? Cfg::kSoftcapExpOnFmaEvery : Cfg::kExpOnFmaEvery;
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
   // This warpgroup's 64 rows in each column block of the current item's Q.
   uint32_t q_rows = sQ + wg * 64 * 128;
@@ -600,17 +588,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if constexpr (Cfg::kTreeReduce && !kSoftcap) {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] =
-              octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
         }
         row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
       } else {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
-          s[4 * i + 2 * r] = octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r], c_log2, -m_use));
-          s[4 * i + 2 * r + 1] =
-              octet_exp2<kExpEvery>(i, fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
+          s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
+          s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
           row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
         }
       }
@@ -906,7 +892,7 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
 // (until 2026-12-02 over 4096, which left 16 x 4k and 3% padding on two consumers).
 struct HopperForwardLongD64
     : HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false, false, 1, false,
-                        true, 2> {};
+                        true> {};
 inline constexpr int64_t kLongD64Queries = 4096;
 
 // Whether the persistent kernel runs a batch, given a work counter (launch_hopper_forward): yes,

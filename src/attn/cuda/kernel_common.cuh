@@ -121,20 +121,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x without MUFU, on the FMA and ALU pipes (softcap's forward, whose tanh and exp2 share MUFU,
-// moves part of its exp2 here). x = j + f with j = round(x): adding 1.5 * 2^23 leaves j in the
-// low mantissa bits, and shifting those into the exponent field adds j to it. 2^f for f in
-// [-0.5, 0.5] by a cubic fitted for relative error (1.0e-4 at most; bf16 rounds P by up to 3.9e-3).
-// Below 2^-126 (masked keys' -inf included) it gives 0, as ex2.approx.ftz does.
-__device__ __forceinline__ float exp2_on_fma(float x) {
-  constexpr float kShift = 12582912.f;  // 1.5 * 2^23
-  const float shifted = x + kShift;
-  const float f = x - (shifted - kShift);
-  const float p = fmaf(fmaf(fmaf(0.05500831f, f, 0.24220942f), f, 0.69328284f), f, 1.f);
-  const int bits = __float_as_int(p) + (__float_as_int(shifted) << 23);
-  return x >= -126.f ? __int_as_float(bits) : 0.f;
-}
-
 // Hardware tanh (sm_75+), max relative error about 2^-11: below the bf16/fp16 rounding of the
 // inputs, and a handful of instructions instead of tanhf's long accurate path.
 __device__ __forceinline__ float fast_tanh(float x) {

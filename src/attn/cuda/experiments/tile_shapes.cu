@@ -149,11 +149,6 @@ int main(int argc, char** argv) {
       {"wgmma fwd Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd softcap, Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       {"wgmma fwd softcap (lib)", [](auto& p, void*) { launch_hopper_forward<T, 128>(p, nullptr, work_counter); }, true, 128, true},
-      // Softcap with every k-th key octet's exp2 on the FMA pipe (SoftcapExpOnFmaEvery = k; the
-      // library's 2), and all on MUFU (the library's before 2026-12-03 23:30 UTC).
-      {"wgmma fwd softcap, exp2 on MUFU (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true, 0>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
-      {"wgmma fwd softcap, 1/4 of exp2 on FMA", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true, 4>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
-      {"wgmma fwd softcap, all exp2 on FMA", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true, 1>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       {"wgmma fwd softcap, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       // Backward, atomic-dQ mode (max|diff| against the first: the order of the dQ sums differs).
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
@@ -171,13 +166,7 @@ int main(int argc, char** argv) {
       {"mma fwd d64 (lib sm_80)", [](auto& p, void*) { launch_forward<T, 64>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 (lib below 4096 queries)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true>>(p, nullptr); }, true, 64},
-      // exp2 on the FMA pipe at d64, whose plain exp2 alone keep MUFU as busy as the wgmma (the
-      // ExpOnFmaEvery = k of HopperForwardTile; with softcap SoftcapExpOnFmaEvery, the library's 2).
       {"wgmma fwd d64 softcap (lib)", [](auto& p, void*) { launch_hopper_forward<T, 64>(p, nullptr, work_counter); }, true, 64, true},
-      {"wgmma fwd d64 softcap, exp2 on MUFU (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true, 0, 0>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64, true},
-      {"wgmma fwd d64, 1/4 of exp2 on FMA", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true, 2, 4>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
-      {"wgmma fwd d64, 1/8 of exp2 on FMA", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, true, 2, true, true, 2, 8>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
-      {"wgmma fwd d64 3 consumers, 1/4 of exp2 on FMA", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 3, 128, 2, true, 32, 160, 64, 64, false, false, false, 1, false, true, 2, 4>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr); }, true, 64},
       {"wgmma fwd d64 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<64, 2, 128, 3, true, 24, 240, 64, 64, false, true, false, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 64},
       {"wgmma fwd d64 by chunks", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<64>>(p, nullptr, 0, ForwardOrder::kByChunks); }, true, 64},
@@ -209,7 +198,6 @@ int main(int argc, char** argv) {
       {"wgmma fwd d96 (lib, d128 tiles)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr, work_counter); }, true, 96},
       {"wgmma fwd d96 one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true>>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 softcap (lib)", [](auto& p, void*) { launch_hopper_forward<T, 96>(p, nullptr, work_counter); }, true, 96, true},
-      {"wgmma fwd d96 softcap, exp2 on MUFU (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, true, 2, true, true, 0>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96, true},
       {"wgmma fwd d96 block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<96>>(p, nullptr); }, true, 96},
       {"wgmma fwd d96 warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, true, false, 1, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
       {"wgmma fwd d96 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 96, false, false, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 96},
