@@ -231,7 +231,11 @@ struct HopperForwardTile {
 //     every 4th key octet: d128 431.8 / 552.9 / 606.4 / 486.1 against 452.8 / 581.6 / 635.5 /
 //     508.4, softcap 363.7 / 441.2 / 471.2 / 404.0 against 362.8 / 450.1 / 476.4 / 411.4 (every
 //     2nd: 344.4 / 394.1 / 418.8 / 366.5), d64 303.3 / 381.6 / 406.8 / 318.7 against 302.3 /
-//     390.0 / 419.6 / 326.2, d96 5-12% slower: the MUFU pipe is not what limits;
+//     390.0 / 419.6 / 326.2, d96 5-12% slower: the MUFU pipe is not what limits. Measured again
+//     at 22:48 UTC (two rounds; d661302 holds that code, with the library's softcap configs at
+//     every 2nd octet), softcap at 64 x 1k / 16 x 4k / mixed: every 4th / 2nd / every octet
+//     397.3 / 455.6 / 405.4, 365.0 / 415.3 / 372.6, 324.7 / 368.0 / 332.7 against 411.8 / 478.9
+//     / 422.5; d96 -7%; d64 -1 to -3% (every 4th, 8th), with softcap +6% at 1k but -12% at 4k;
 //   - the next work taken by the producer once the current one's first K/V tile is issued: the
 //     producer's 24 registers then spill inside its K/V loop (ptxas: 100 -> 412 bytes), 10-15%
 //     slower (397.6 / 490.5 / 548.9 / 463.8 against 466.8 / 550.4 / 601.8 / 511.8), so its issue
@@ -255,15 +259,6 @@ struct HopperForwardTile {
 //   1.6e-2 against the library's output. A float64 model put its error on rows with a few
 //   dominant keys at 2-4x the online softmax's (softcap 30: 4.8e-3 against 1.3e-3): too little
 //   speed for that.
-// - Tried on 2026-12-03 23:00 UTC (tile_shapes, two rounds; d661302 holds the code), not kept:
-//   part of the exp2 on the FMA and ALU pipes instead of MUFU (round(x) by the 1.5 * 2^23 shift
-//   into the exponent, 2^f by a cubic; 9 instructions for MUFU's one), as softcap's tanh doubles
-//   the MUFU work. Slower everywhere: softcap at d128, TFLOP/s at 64 x 1k / 16 x 4k / mixed with
-//   a quarter / an eighth / half of MUFU's work moved, against none: 365.0 / 415.3 / 372.6,
-//   397.3 / 455.6 / 405.4, 324.7 / 368.0 / 332.7 against 411.8 / 478.9 / 422.5; d96 -7%; d64
-//   without softcap -1 to -3% (an eighth, a sixteenth), with softcap +6% at 1k but -12% at 4k.
-//   MUFU's throughput is not what holds softcap back; the extra instructions lengthen the
-//   softmax that the other consumer's products must cover.
 // Not possible at d128: three stages (the output scratch leaves no room).
 template <int D>
 struct HopperForwardConfig
