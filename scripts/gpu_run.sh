@@ -6,7 +6,7 @@
 # $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
 # Needs only what the GPU image has (torch with CUDA, nvcc, cmake): neither build uses simdjson, so
 # nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
-# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [sanitize] [tune] [profile]
+# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [sanitize] [tune] [timeline] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
@@ -29,6 +29,8 @@
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
 #   sent with the run tool's carry), the two binaries run in turn, TUNE_ROUNDS times, to compare
 #   the library's variants across a change that the experiments cannot hold side by side);
+#   timeline: the d128 atomic backward's clock64 timeline per block and per tile
+#   (experiments/backward_timeline.cu; TIMELINE_POINTS=64x1k,16x4k: those points only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_D: the head dim, default 128; PROFILE_SKIP: launches of the
 #   kernel skipped (default 2: for hopper_backward_kernel a deterministic-mode launch, 6 the first
@@ -82,7 +84,7 @@ cat "$out/machine.txt"
 
 # Standalone library, test, benchmark (and experiments) next to the torch extension.
 experiments=OFF
-[[ $want == *" tune "* ]] && experiments=ON
+[[ $want == *" tune "* || $want == *" timeline "* ]] && experiments=ON
 torch=1
 [[ $want == *" notorch "* ]] && torch=0
 quick=0
@@ -133,6 +135,9 @@ if [[ $want == *" test "* ]]; then
     tests/python/test_cuda_attention.py tests/python/test_attention.py &&
     VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 python3 -m \
       pytest -q -ra tests/python/test_cuda_attention.py
+fi
+if [[ $want == *" timeline "* ]] && [ -x $bin/backward_timeline ]; then
+  step bench.log backward_timeline 180 $bin/backward_timeline ${TIMELINE_POINTS:-}
 fi
 if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
   if [ -n "${BASELINE:-}" ]; then

@@ -261,6 +261,36 @@ template <>
 struct HopperAtomicBackwardConfig<96>
     : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true> {};
 
+// The backward's timeline (experiments/backward_timeline.cu, built with
+// -DVARPACK_BACKWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's
+// SASS is the same with or without them): each BackwardEvent adds
+// clock64() (or a count) to its multiprocessor's row of sums, from one thread per role: a compute
+// warpgroup's first, the producer's thread 0, the first reducing warp's lane 0. The timeline
+// subtracts an event's sum from the next one's, per tile or per block.
+enum BackwardEvent : int {
+  kComputeStart, kKvLanded, kLoopDone, kComputeEnd, kComputeBlocks,
+  kScoresStart, kStageLanded, kScoresIssued, kPreviousDkDone, kSLanded, kPDone, kDpLanded,
+  kScoresDone, kScoreTiles,
+  kProductsStart, kDvIssued, kDsReadyPassed, kDqDkIssued, kDvDqLanded, kDqEmptyPassed,
+  kProductsDone,
+  kReduceStart, kReduceFull, kReduceIssued, kReduceRead, kReduceTiles,
+  kRefillStart, kStageEmptied, kRefills, kBackwardEvents
+};
+#if defined(VARPACK_BACKWARD_TIMELINE)
+__device__ unsigned long long g_backward_timeline[256][kBackwardEvents];
+__device__ __forceinline__ void backward_event(int event, unsigned long long value) {
+  if (threadIdx.x % 128 != 0 && threadIdx.x != 64) return;
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  atomicAdd(&g_backward_timeline[smid % 256][event], value);
+}
+#define VARPACK_BACKWARD_STAMP(event) backward_event(event, clock64())
+#define VARPACK_BACKWARD_COUNT(event) backward_event(event, 1)
+#else
+#define VARPACK_BACKWARD_STAMP(event) ((void)0)
+#define VARPACK_BACKWARD_COUNT(event) ((void)0)
+#endif
+
 // Named barriers of the kernel (0 is __syncthreads').
 enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
@@ -420,7 +450,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int it = kFirst; it < iters; ++it) {
         if (it > 0) cursor.step(m_tiles);
         const int s = it % kStages;
-        if (it >= kStages) mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
+        if (it >= kStages) {
+          VARPACK_BACKWARD_STAMP(kRefillStart);
+          mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
+          VARPACK_BACKWARD_STAMP(kStageEmptied);
+          VARPACK_BACKWARD_COUNT(kRefills);
+        }
         const int64_t m0 = tile_start(cursor);
         if (m0 + kBM <= seq.q_len) {
           const int h = hk * group + cursor.head;
@@ -487,7 +522,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t left = seq.q_len - m0;
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
         [[maybe_unused]] uint32_t* state = state_of(cursor);
+        VARPACK_BACKWARD_STAMP(kReduceStart);
         named_barrier_sync(kDqFull + b, kDqHandoff);
+        VARPACK_BACKWARD_STAMP(kReduceFull);
         bool first = false;
         if constexpr (Cfg::kClaimDqRows) {
           first = first_to_dq_rows(state, seen, lane);
@@ -510,12 +547,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                 sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
         }
         bulk_commit();
+        VARPACK_BACKWARD_STAMP(kReduceIssued);
         if constexpr (Cfg::kClaimDqRows) {
           TileCursor next = cursor;
           next.step(m_tiles);
           seen = it + 1 < iters && has_rows(next) ? peek_dq_rows(state_of(next)) : kDqRowsStored;
         }
         bulk_wait_read<0>();
+        VARPACK_BACKWARD_STAMP(kReduceRead);
+        VARPACK_BACKWARD_COUNT(kReduceTiles);
         if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
         if (first) publish_dq_rows(state, lane);
       }
@@ -525,6 +565,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   warpgroup_registers_up<Cfg::kComputeRegisters>();
+  VARPACK_BACKWARD_STAMP(kComputeStart);
+  VARPACK_BACKWARD_COUNT(kComputeBlocks);
   const int ctid = static_cast<int>(threadIdx.x) - 128;
   const int warp = ctid / 32;  // 0 .. 7 over both compute warpgroups: key rows warp * 16 ..
   // Warp-uniform where the descriptors are advanced (kAdvanceDescriptors), so that they live in
@@ -586,12 +628,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   TileCursor cursor{0, 0};  // scores(it) runs for it = 0, 1, 2, ... in turn
   auto scores = [&](int it) {
     const int s = it % kStages;
+    VARPACK_BACKWARD_STAMP(kScoresStart);
+    VARPACK_BACKWARD_COUNT(kScoreTiles);
     const int64_t m0 = tile_start(cursor);
     cursor.step(m_tiles);
     if (kTmaPrologue || it > 0) {
       mbarrier_wait(stage_full(s), ((kTmaPrologue ? it : it - 1) / kStages) & 1);
       fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
     }
+    VARPACK_BACKWARD_STAMP(kStageLanded);
     // Over this warpgroup's queries q0 .. q0 + kScoreQueries - 1 of the tile (SplitScores: its
     // half; 128-byte rows, so the half starts on an 8-row group and keeps the swizzle's phase).
     // Advanced at every head dim: made at every tile, they are not held across the loop (at d64
@@ -626,16 +671,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
     end_turn();
+    VARPACK_BACKWARD_STAMP(kScoresIssued);
     if constexpr (kIssueAhead) {
       if (it > 0) {
         wgmma_wait<2>();  // the previous tile's dK, so its stage is read
         mbarrier_arrive(stage_empty((it - 1) % kStages));
       }
     }
+    VARPACK_BACKWARD_STAMP(kPreviousDkDone);
     // With softcap, dS^T needs each score's slope next to P^T: wait for both products.
     if constexpr (kSoftcap) wgmma_wait<0>();
     else wgmma_wait<1>();
     pin_registers(st);
+    VARPACK_BACKWARD_STAMP(kSLanded);
 
     // P^T, and with softcap dS^T; accumulator (row, column) = (key warp_key + g + 8 * (c / 2),
     // query q0 + 8i + 2qd + c % 2).
@@ -691,9 +739,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
         }
     }
+    VARPACK_BACKWARD_STAMP(kPDone);
     if constexpr (!kSoftcap) {
       wgmma_wait<0>();
       pin_registers(dpt);
+      VARPACK_BACKWARD_STAMP(kDpLanded);
 #pragma unroll
       for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
@@ -701,6 +751,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
     } else {
       pin_registers(dpt);
+      VARPACK_BACKWARD_STAMP(kDpLanded);
     }
     if constexpr (kSplitScores) {
       // P^T and dS^T of this warpgroup's queries into this tile's buffer, for both warpgroups'
@@ -734,6 +785,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       if constexpr (kAtomicDq) fence_proxy_async();
     }
+    VARPACK_BACKWARD_STAMP(kScoresDone);
   };
   auto products = [&](int it) {
     const int s = it % kStages;
@@ -752,6 +804,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the products (C7512, C7515) and it ran 10-14% slower.
     pin_registers(dv);
     pin_registers(dk);
+    VARPACK_BACKWARD_STAMP(kProductsStart);
     begin_turn();
     wgmma_fence();
     if constexpr (kAtomicDq) {
@@ -760,9 +813,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Wgmma<T, kOwnCols>::template rs<1>(
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
+      VARPACK_BACKWARD_STAMP(kDvIssued);
       // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
       // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
       named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+      VARPACK_BACKWARD_STAMP(kDsReadyPassed);
 
       // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
       // MN-major, B = K read MN-major (rows = keys).
@@ -779,13 +834,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Wgmma<T, kOwnCols>::template rs<1>(
             dk, dsf[kk], q_cols.at(kk * 2048), 1);
       wgmma_commit();
+      VARPACK_BACKWARD_STAMP(kDqDkIssued);
       wgmma_wait<1>();  // dV's and dQ's products
       pin_registers(dq);
+      VARPACK_BACKWARD_STAMP(kDvDqLanded);
 
       // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
       // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
       const int b = it % Cfg::kDqBuffers;
       named_barrier_sync(kDqEmpty + b, kDqHandoff);
+      VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint32_t row = sDq + b * Cfg::kDqBytes +
@@ -819,6 +877,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_commit();
     }
     end_turn();
+    VARPACK_BACKWARD_STAMP(kProductsDone);
   };
   auto finish = [&](int it) {
     wgmma_wait<0>();
@@ -828,6 +887,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbarrier_wait(kv_full, 0);
     fence_proxy_async();  // K and V by cp.async (a partial tile), before wgmma reads them
   }
+  VARPACK_BACKWARD_STAMP(kKvLanded);
   if constexpr (kIssueAhead) {
     if (iters > 0) scores(0);
     for (int it = 0; it < iters; ++it) {
@@ -844,6 +904,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   pin_registers(dv);
   pin_registers(dk);
+  VARPACK_BACKWARD_STAMP(kLoopDone);
   if constexpr (kPingPong) {
     if (wg == 0) named_barrier_sync(kTurn, kTurnThreads);
   }
@@ -866,6 +927,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                  static_cast<T*>(p.dv) + (seq.k_begin + row0) * p.dv_row_stride +
                      hk * p.dv_head_stride + col0,
                  p.dv_row_stride, seq.k_len - row0, lane);
+  VARPACK_BACKWARD_STAMP(kComputeEnd);
 #endif
 }
 
