@@ -1,7 +1,8 @@
 // Standalone GPU test of the CUDA attention (no torch): random varlen batches through
 // attention_forward_cuda / attention_backward_cuda, compared with the double-precision reference
 // (attention_forward_reference / attention_backward_reference) on the same 16-bit-rounded inputs;
-// each case runs both backward modes (deterministic, and atomic dQ).
+// each case runs both backward modes (deterministic, and atomic dQ). First, fill_past_end_cuda
+// (counted as one more case).
 // Outputs are poisoned (NaN bytes) before each run: every valid row must be written, every row past
 // cu_seqlens[-1] left alone. Run: ./test_attention_cuda [seed [max_cases [first_case]]] (a few
 // cases for compute-sanitizer: max_cases from first_case on); exit status 0 = all cases passed.
@@ -14,12 +15,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "varpack/attention.h"
 #include "varpack/attention_cuda.h"
+#include "varpack/error.h"
 #include "check_cuda.h"
 
 namespace {
@@ -221,6 +224,54 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
   return all_ok;
 }
 
+// fill_past_end_cuda (the torch operator's fill of the rows past cu_seqlens[-1]): in one launch,
+// zeros in a [10, 64-byte] tensor's rows 7..9, +inf in rows 7..9 of three lse planes 12 floats
+// apart (the 2 floats between planes stay), nothing in a tensor without a tail; every other byte
+// keeps its poison. Then the refusals: four regions, and zeros in rows not 16-byte aligned.
+bool run_past_end_fill_test() {
+  const std::vector<int32_t> cu{0, 4, 7};
+  Device cu_dev(cu.size() * 4), rows(10 * 64), lse(3 * 12 * 4), full(7 * 64);
+  CHECK_CUDA(cudaMemcpy(cu_dev.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
+  for (Device* d : {&rows, &lse, &full}) CHECK_CUDA(cudaMemset(d->ptr, 0x7F, d->bytes));
+  const auto* cu_ptr = static_cast<const int32_t*>(cu_dev.ptr);
+  varpack::PastEndFill fills[3];
+  fills[0] = {rows.ptr, 64, 10, 1, 0, cu_ptr, 2, false};
+  fills[1] = {lse.ptr, 4, 10, 3, 12 * 4, cu_ptr, 2, true};
+  fills[2] = {full.ptr, 64, 7, 1, 0, cu_ptr, 2, false};
+  varpack::fill_past_end_cuda(fills, 3, nullptr);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> got_rows(rows.bytes), got_full(full.bytes);
+  std::vector<float> got_lse(3 * 12);
+  CHECK_CUDA(cudaMemcpy(got_rows.data(), rows.ptr, rows.bytes, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(got_full.data(), full.ptr, full.bytes, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(got_lse.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost));
+  bool ok = true;
+  for (size_t i = 0; i < got_rows.size(); ++i)
+    ok &= got_rows[i] == (i / 64 >= 7 ? 0 : 0x7F);
+  for (uint8_t b : got_full) ok &= b == 0x7F;
+  float poison;
+  std::memset(&poison, 0x7F, sizeof poison);
+  for (int plane = 0; plane < 3; ++plane)
+    for (int i = 0; i < 12; ++i) {
+      const float want = i >= 7 && i < 10 ? INFINITY : poison;
+      ok &= std::memcmp(&got_lse[plane * 12 + i], &want, sizeof want) == 0;
+    }
+  auto refused = [&](const varpack::PastEndFill* f, int count) {
+    try {
+      varpack::fill_past_end_cuda(f, count, nullptr);
+    } catch (const varpack::Error&) {
+      return true;
+    }
+    return false;
+  };
+  const varpack::PastEndFill four[4] = {fills[0], fills[0], fills[0], fills[0]};
+  varpack::PastEndFill unaligned = fills[0];
+  unaligned.row_bytes = 24;
+  ok &= refused(four, 4) && refused(&unaligned, 1);
+  std::printf("past-the-end fill: %s\n", ok ? "ok" : "FAILED");
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,10 +341,10 @@ int main(int argc, char** argv) {
   const size_t first = argc > 3 ? std::min(cases.size(), static_cast<size_t>(std::atoi(argv[3]))) : 0;
   const size_t count = argc > 2 ? static_cast<size_t>(std::atoi(argv[2])) : cases.size();
   const size_t end = std::min(cases.size(), first + count);
-  int failures = 0;
+  int failures = run_past_end_fill_test() ? 0 : 1;
   for (size_t i = first; i < end; ++i)
     failures += run_case(cases[i], rng, static_cast<int>(i)) ? 0 : 1;
   std::printf("%s: %d of %zu cases failed (seed %u)\n", failures ? "FAILED" : "PASSED", failures,
-              end - first, seed);
+              end - first + 1, seed);
   return failures ? 1 : 0;
 }
