@@ -96,12 +96,14 @@ class VarlenAttention : public torch::autograd::Function<VarlenAttention> {
     ctx->mark_non_differentiable({lse});
     // Otherwise autograd hands the backward a tensor of zeros for lse (heads x rows fp32, one
     // fill kernel per step: 1.8 us, and a launch gap, at 64 x 1k on the H200) that it never reads.
-    // out is the only differentiable output, so the backward runs only with its gradient defined.
+    // out's gradient may then be undefined too (gradcheck tries that): no gradient for q, k, v.
     ctx->set_materialize_grads(false);
     return {out, lse};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list result(13);  // one per forward input; only q, k and v have a gradient
+    if (!grads[0].defined()) return result;
     const variable_list saved = ctx->get_saved_variables();
     const auto& data = ctx->saved_data;
     // Without create_graph the engine runs this with grad mode off: then straight to the kernels,
@@ -115,7 +117,6 @@ class VarlenAttention : public torch::autograd::Function<VarlenAttention> {
         data.at("softmax_scale").toDouble(), data.at("causal").toBool(),
         data.at("window_left").toSymInt(), data.at("window_right").toSymInt(),
         data.at("softcap").toDouble(), data.at("deterministic").toBool());
-    variable_list result(13);  // one per forward input; only q, k and v have a gradient
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
