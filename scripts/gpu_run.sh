@@ -29,8 +29,9 @@
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
 #   sent with the run tool's carry), the two binaries run in turn, TUNE_ROUNDS times, to compare
 #   the library's variants across a change that the experiments cannot hold side by side);
-#   timeline: the d128 atomic backward's clock64 timeline per block and per tile
-#   (experiments/backward_timeline.cu; TIMELINE_POINTS=64x1k,16x4k: those points only);
+#   timeline: the clock64 timelines of the d128 atomic backward, per block and per tile, and of
+#   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
+#   TIMELINE_POINTS=64x1k,16x4k: those points only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; PROFILE_D: the head dim, default 128; PROFILE_SKIP: launches of the
 #   kernel skipped (default 2: for hopper_backward_kernel a deterministic-mode launch, 6 the first
@@ -136,8 +137,11 @@ if [[ $want == *" test "* ]]; then
     VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 python3 -m \
       pytest -q -ra tests/python/test_cuda_attention.py
 fi
-if [[ $want == *" timeline "* ]] && [ -x $bin/backward_timeline ]; then
-  step bench.log backward_timeline 180 $bin/backward_timeline ${TIMELINE_POINTS:-}
+if [[ $want == *" timeline "* ]]; then
+  for direction in backward forward; do
+    [ -x $bin/${direction}_timeline ] &&
+      step bench.log ${direction}_timeline 180 $bin/${direction}_timeline ${TIMELINE_POINTS:-}
+  done
 fi
 if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
   if [ -n "${BASELINE:-}" ]; then

@@ -272,6 +272,31 @@ struct HopperForwardConfig
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
                                                D != 128, true>>> {};
 
+// The forward's timeline (experiments/forward_timeline.cu, built with
+// -DVARPACK_FORWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's
+// SASS is the same with or without them): each ForwardEvent adds clock64() (or a count) to its
+// multiprocessor's row of sums, from each consumer warpgroup's first thread. The timeline
+// subtracts an event's sum from the next one's, per loop tile or per item.
+enum ForwardEvent : int {
+  kItemStart, kItemEnd, kItems,
+  kTileStart, kTileLoaded, kTileTurn, kTileIssued, kTileScores, kTileSoftmax, kTileProducts,
+  kTileDone, kLoopTiles, kForwardEvents
+};
+#if defined(VARPACK_FORWARD_TIMELINE)
+__device__ unsigned long long g_forward_timeline[256][kForwardEvents];
+__device__ __forceinline__ void forward_event(int event, unsigned long long value) {
+  if (threadIdx.x % 128 != 0) return;
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  atomicAdd(&g_forward_timeline[smid % 256][event], value);
+}
+#define VARPACK_FORWARD_STAMP(event) forward_event(event, clock64())
+#define VARPACK_FORWARD_COUNT(event) forward_event(event, 1)
+#else
+#define VARPACK_FORWARD_STAMP(event) ((void)0)
+#define VARPACK_FORWARD_COUNT(event) ((void)0)
+#endif
+
 // Row r's values First .. First + N - 1 of a thread's score accumulator (value k at
 // s[4 * (k / 2) + 2 * r + k % 2]) reduced pairwise by op (TreeReduce).
 template <int First, int N>
@@ -636,6 +661,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           row_sum[r] = 0.f;
         }
         if (n > 0) {
+          VARPACK_FORWARD_STAMP(kItemStart);
+          VARPACK_FORWARD_COUNT(kItems);
           mbarrier_wait(q_full(item), (item / kQBuffers) & 1);
           q_rows = sQ + (item % kQBuffers) * QTile::kBytes + wg * 64 * 128;
           // Tile 0 has no product before it, so it is peeled off: a wgmma issued on a divergent
@@ -655,20 +682,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
           for (int t = 1; t < n; ++t) {
             float s[kBN / 2], alpha[2];
+            VARPACK_FORWARD_STAMP(kTileStart);
+            VARPACK_FORWARD_COUNT(kLoopTiles);
             ring.wait_k(g0 + t);
             ring.wait_v(g0 + t - 1);
+            VARPACK_FORWARD_STAMP(kTileLoaded);
             begin_turn();
+            VARPACK_FORWARD_STAMP(kTileTurn);
             issue_s(g0 + t, s);
             issue_pv(g0 + t - 1);
             end_turn();
+            VARPACK_FORWARD_STAMP(kTileIssued);
             wgmma_wait<1>();
+            VARPACK_FORWARD_STAMP(kTileScores);
             ring.release_k(g0 + t, lane);
             if (t == n - 1) release_q();
             pin_registers(s);
             softmax(t, s, alpha);
+            VARPACK_FORWARD_STAMP(kTileSoftmax);
             wgmma_wait<0>();
+            VARPACK_FORWARD_STAMP(kTileProducts);
             ring.release_v(g0 + t - 1, lane);
             rescale_and_pack(s, alpha);
+            VARPACK_FORWARD_STAMP(kTileDone);
           }
           ring.wait_v(g0 + n - 1);
           pin_registers(o);
@@ -677,6 +713,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           wgmma_wait<0>();
           pin_registers(o);
           ring.release_v(g0 + n - 1, lane);
+          VARPACK_FORWARD_STAMP(kItemEnd);
         }
 
         float inv[2];
