@@ -279,10 +279,8 @@ enum BackwardEvent : int {
 #if defined(VARPACK_BACKWARD_TIMELINE)
 __device__ unsigned long long g_backward_timeline[256][kBackwardEvents];
 __device__ __forceinline__ void backward_event(int event, unsigned long long value) {
-  if (threadIdx.x % 128 != 0 && threadIdx.x != 64) return;
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  atomicAdd(&g_backward_timeline[smid % 256][event], value);
+  if (threadIdx.x % 128 == 0 || threadIdx.x == 64)
+    add_to_multiprocessor_row(g_backward_timeline, event, value);
 }
 #define VARPACK_BACKWARD_STAMP(event) backward_event(event, clock64())
 #define VARPACK_BACKWARD_COUNT(event) backward_event(event, 1)

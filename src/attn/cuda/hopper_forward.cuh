@@ -285,10 +285,7 @@ enum ForwardEvent : int {
 #if defined(VARPACK_FORWARD_TIMELINE)
 __device__ unsigned long long g_forward_timeline[256][kForwardEvents];
 __device__ __forceinline__ void forward_event(int event, unsigned long long value) {
-  if (threadIdx.x % 128 != 0) return;
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  atomicAdd(&g_forward_timeline[smid % 256][event], value);
+  if (threadIdx.x % 128 == 0) add_to_multiprocessor_row(g_forward_timeline, event, value);
 }
 #define VARPACK_FORWARD_STAMP(event) forward_event(event, clock64())
 #define VARPACK_FORWARD_COUNT(event) forward_event(event, 1)

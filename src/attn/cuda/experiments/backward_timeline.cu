@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
     if (reduced > 0)
       std::printf("per tile, the first reducing warp: dQ wait %.0f | issue %.0f | read wait %.0f "
                   "(%.0f tiles a call)\n",
-                  span(kReduceStart, kReduceFull) / reduced, span(kReduceFull, kReduceIssued) / reduced,
+                  span(kReduceStart, kReduceFull) / reduced,
+                  span(kReduceFull, kReduceIssued) / reduced,
                   span(kReduceIssued, kReduceRead) / reduced, reduced / kCalls);
     if (refills > 0)
       std::printf("per refill, the producer: stage-empty wait %.0f (%.0f refills a call)\n",

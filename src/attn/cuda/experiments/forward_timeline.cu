@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
       AttentionParams p = problem.causal_params(pt.lens, &flops);
       p.softcap = softcap;
       auto call = [&] {
-        launch_hopper_forward_with<__nv_bfloat16, TimelineConfig>(p, nullptr, 0,
-                                                                  ForwardOrder::kAuto, work_counter);
+        launch_hopper_forward_with<__nv_bfloat16, TimelineConfig>(
+            p, nullptr, 0, ForwardOrder::kAuto, work_counter);
       };
       for (int i = 0; i < 3; ++i) call();
       CHECK_CUDA(cudaDeviceSynchronize());
