@@ -11,12 +11,11 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
-#include <vector>
 
 #include "attn/cuda/bench_problem.h"
 #include "attn/cuda/check_cuda.h"
+#include "attn/cuda/experiments/timeline_run.h"
 #include "attn/cuda/forward_kernel.cuh"
 #include "attn/cuda/hopper_backward.cuh"
 #include "attn/cuda/instances.h"
@@ -26,11 +25,6 @@ namespace {
 using namespace varpack;
 using namespace varpack::cuda;
 
-struct Point {
-  std::string name;
-  std::vector<int32_t> lens;
-};
-
 // The library's d128 atomic config as a type of this file's own, so that the instrumented kernel
 // is instantiated here only (the library's archive holds the uninstrumented one).
 struct TimelineConfig : HopperAtomicBackwardConfig<128> {};
@@ -38,11 +32,6 @@ struct TimelineConfig : HopperAtomicBackwardConfig<128> {};
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string wanted = argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed";
-  const std::vector<Point> all{{"64x1k", std::vector<int32_t>(64, 1024)},
-                               {"16x4k", std::vector<int32_t>(16, 4096)},
-                               {"4x16k", std::vector<int32_t>(4, 16384)},
-                               {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}}};
   const int heads = 16, d = 128;
   const int64_t rows = 65536;
   const bench::BenchProblem problem(heads, d, rows);
@@ -56,75 +45,55 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   constexpr int kCalls = 10;
-  for (const Point& pt : all) {
-    if (wanted.find(pt.name) == std::string::npos) continue;
+  for (const TimelinePoint& pt : timeline_points(argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
     double flops = 0;
     const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
     launch_forward<__nv_bfloat16, 128>(p, nullptr);  // out and lse for the backward
-    auto call = [&] {
-      launch_hopper_backward_atomic_with<__nv_bfloat16, TimelineConfig>(p, ws, nullptr);
-    };
-    for (int i = 0; i < 3; ++i) call();
-    CHECK_CUDA(cudaDeviceSynchronize());
-    static unsigned long long sums[256][kBackwardEvents];
-    std::memset(sums, 0, sizeof sums);
-    CHECK_CUDA(cudaMemcpyToSymbol(g_backward_timeline, sums, sizeof sums));
-    cudaEvent_t a, b;
-    CHECK_CUDA(cudaEventCreate(&a));
-    CHECK_CUDA(cudaEventCreate(&b));
-    CHECK_CUDA(cudaEventRecord(a));
-    for (int i = 0; i < kCalls; ++i) call();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    CHECK_CUDA(cudaMemcpyFromSymbol(sums, g_backward_timeline, sizeof sums));
-    // Over all multiprocessors: an event's total, and a pair's summed differences (both events of
-    // a pair are stamped on the same multiprocessor, by the same thread).
-    unsigned long long total[kBackwardEvents] = {};
-    for (const auto& row : sums)
-      for (int e = 0; e < kBackwardEvents; ++e) total[e] += row[e];
-    auto span = [&](int from, int to) { return static_cast<double>(total[to] - total[from]); };
-    const double blocks = static_cast<double>(total[kComputeBlocks]);  // warpgroup blocks
-    const double tiles = static_cast<double>(total[kScoreTiles]);      // warpgroup tiles
-    const double reduced = static_cast<double>(total[kReduceTiles]);
-    const double refills = static_cast<double>(total[kRefills]);
+    const auto t = run_timeline(
+        g_backward_timeline,
+        [&] { launch_hopper_backward_atomic_with<__nv_bfloat16, TimelineConfig>(p, ws, nullptr); },
+        kCalls);
+    const double blocks = static_cast<double>(t.sum[kComputeBlocks]);  // warpgroup blocks
+    const double tiles = static_cast<double>(t.sum[kScoreTiles]);      // warpgroup tiles
+    const double reduced = static_cast<double>(t.sum[kReduceTiles]);
+    const double refills = static_cast<double>(t.sum[kRefills]);
     std::printf("== %s: %.3f ms a call with the kernel's Delta and dQ passes (instrumented), "
                 "%.0f TFLOP/s; %.0f key blocks a call, %.2f query tiles a block\n",
-                pt.name.c_str(), ms / kCalls, flops * kCalls / (ms * 1e-3) / 1e12,
+                pt.name.c_str(), t.ms / kCalls, flops * kCalls / (t.ms * 1e-3) / 1e12,
                 blocks / 2 / kCalls, tiles / blocks);
     if (blocks <= 0 || tiles <= 0) continue;
     std::printf("per block, clocks (a compute warpgroup): K/V wait %.0f | loop %.0f (%.0f a tile) "
                 "| dK/dV out %.0f\n",
-                span(kComputeStart, kKvLanded) / blocks, span(kKvLanded, kLoopDone) / blocks,
-                span(kKvLanded, kLoopDone) / tiles, span(kLoopDone, kComputeEnd) / blocks);
+                t.span(kComputeStart, kKvLanded) / blocks, t.span(kKvLanded, kLoopDone) / blocks,
+                t.span(kKvLanded, kLoopDone) / tiles, t.span(kLoopDone, kComputeEnd) / blocks);
     std::printf("per tile, scores: stage wait %.0f | issue S, dP %.0f | previous dK wait %.0f | "
                 "S wait %.0f | exp + mask %.0f | dP wait %.0f | dS + pack %.0f\n",
-                span(kScoresStart, kStageLanded) / tiles, span(kStageLanded, kScoresIssued) / tiles,
-                span(kScoresIssued, kPreviousDkDone) / tiles,
-                span(kPreviousDkDone, kSLanded) / tiles, span(kSLanded, kPDone) / tiles,
-                span(kPDone, kDpLanded) / tiles, span(kDpLanded, kScoresDone) / tiles);
+                t.span(kScoresStart, kStageLanded) / tiles,
+                t.span(kStageLanded, kScoresIssued) / tiles,
+                t.span(kScoresIssued, kPreviousDkDone) / tiles,
+                t.span(kPreviousDkDone, kSLanded) / tiles, t.span(kSLanded, kPDone) / tiles,
+                t.span(kPDone, kDpLanded) / tiles, t.span(kDpLanded, kScoresDone) / tiles);
     std::printf("per tile, products: issue dV %.0f | dS-ready wait %.0f | issue dQ, dK %.0f | "
                 "dV, dQ wait %.0f | dQ-buffer wait %.0f | dQ store + hand-off %.0f; between "
                 "products and the next scores %.0f\n",
-                span(kProductsStart, kDvIssued) / tiles, span(kDvIssued, kDsReadyPassed) / tiles,
-                span(kDsReadyPassed, kDqDkIssued) / tiles,
-                span(kDqDkIssued, kDvDqLanded) / tiles, span(kDvDqLanded, kDqEmptyPassed) / tiles,
-                span(kDqEmptyPassed, kProductsDone) / tiles,
-                (span(kKvLanded, kLoopDone) - span(kScoresStart, kScoresDone) -
-                 span(kProductsStart, kProductsDone)) /
+                t.span(kProductsStart, kDvIssued) / tiles,
+                t.span(kDvIssued, kDsReadyPassed) / tiles,
+                t.span(kDsReadyPassed, kDqDkIssued) / tiles,
+                t.span(kDqDkIssued, kDvDqLanded) / tiles,
+                t.span(kDvDqLanded, kDqEmptyPassed) / tiles,
+                t.span(kDqEmptyPassed, kProductsDone) / tiles,
+                (t.span(kKvLanded, kLoopDone) - t.span(kScoresStart, kScoresDone) -
+                 t.span(kProductsStart, kProductsDone)) /
                     tiles);
     if (reduced > 0)
       std::printf("per tile, the first reducing warp: dQ wait %.0f | issue %.0f | read wait %.0f "
                   "(%.0f tiles a call)\n",
-                  span(kReduceStart, kReduceFull) / reduced,
-                  span(kReduceFull, kReduceIssued) / reduced,
-                  span(kReduceIssued, kReduceRead) / reduced, reduced / kCalls);
+                  t.span(kReduceStart, kReduceFull) / reduced,
+                  t.span(kReduceFull, kReduceIssued) / reduced,
+                  t.span(kReduceIssued, kReduceRead) / reduced, reduced / kCalls);
     if (refills > 0)
       std::printf("per refill, the producer: stage-empty wait %.0f (%.0f refills a call)\n",
-                  span(kRefillStart, kStageEmptied) / refills, refills / kCalls);
-    CHECK_CUDA(cudaEventDestroy(a));
-    CHECK_CUDA(cudaEventDestroy(b));
+                  t.span(kRefillStart, kStageEmptied) / refills, refills / kCalls);
   }
   CHECK_CUDA(cudaFree(ws));
   return 0;
