@@ -69,6 +69,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// Four 8 x 8 16-bit matrices into shared memory (sm_90): register j of lane l holds row l / 4,
+// elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j (ldmatrix's layout); lanes 8j .. 8j + 7 give
+// the addresses of matrix j's 16-byte rows.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // 4-byte store to a shared-memory address (32 bits, where a generic pointer would hold 64).
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
@@ -85,6 +94,12 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
 // 8-byte store of two floats to a shared-memory address.
 __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+// 16-byte store of four floats to a shared-memory address.
+__device__ __forceinline__ void st_shared_f32x4(uint32_t addr, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c),
+               "f"(d)
+               : "memory");
 }
 
 // addr[0] += a, addr[1] += b in global memory as fire-and-forget reductions (no value returned, so
