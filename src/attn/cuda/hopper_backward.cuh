@@ -83,18 +83,11 @@ namespace varpack::cuda {
 // 387.2 / 443.1 / 323.3 / 358.6, and there the claims' code with the Delta pass clearing was as
 // slow (so the loss lies in what both share and this kernel without claims lacks: the conversion
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
-// StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4, four 8 x 8 blocks a store (4
-// a tile at 64 queries), instead of one 32-bit store per register (16).
-// PairedDqColumns (with ClaimDqRows, whose conversion knows the layout): dQ staged by 16-byte
-// stores (8 a tile instead of 16 of 8 bytes), so the accumulator's rows hold each 16-column group
-// in the order the threads hold them (dq_accum_position); its rows padded by 16 floats, so that
-// the 8 lanes of a 16-byte store's phase (two rows) meet no bank twice. Both for the compute
-// warpgroups' shared-memory instruction queue: ncu (16 x 4k, 2026-12-03 06:53 UTC) put 30.8 k of
-// their 390 k stall samples on the dQ stores' MIO throttle and 27.7 k on dS^T and its stores.
+// StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
+// one 32-bit store per register.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = false,
-          bool PairedDqColumns = false>
+          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -112,8 +105,6 @@ struct HopperBackwardTile {
   static constexpr bool kTmaPrologue = TmaPrologue;
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
-  static constexpr bool kPairedDqColumns = PairedDqColumns;
-  static_assert(!PairedDqColumns || ClaimDqRows, "only the conversion by tiles reads paired columns");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -139,9 +130,8 @@ struct HopperBackwardTile {
   static constexpr int kDqRowBlocks = QueryStep / 64;
   static constexpr int kDqCols = D * kDqRowBlocks / 2;
   // dQ rows in shared memory: D floats + 8 of padding, so that a warp's 8-byte stores of 4 rows
-  // hit 32 different banks (16 with PairedDqColumns: a 16-byte store phase's two rows 64 bytes
-  // apart in the banks); the 16-byte multiple the bulk reductions need.
-  static constexpr int kDqRowBytes = (D + (PairedDqColumns ? 16 : 8)) * 4;
+  // hit 32 different banks; the 16-byte multiple the bulk reductions need.
+  static constexpr int kDqRowBytes = (D + 8) * 4;
   using KvTile = GmmaTile<kKeysPerBlock, D>;
   using QTile = GmmaTile<kQueryStep, D>;
   using DsTile = GmmaTile<kKeysPerBlock, kQueryStep>;  // dS^T: rows = keys
@@ -262,10 +252,10 @@ template <int D>
 struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true> {};
 template <>
 struct HopperAtomicBackwardConfig<64>
-    : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, true> {};
+    : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false> {};
 // d96: d128's atomic shape; the dQ products run on d128's columns (K's columns past 96 are zeros)
 // and the reducing warps add 96 floats of each row. Measured on the H200 (bf16, causal, 16 heads,
 // tile_shapes, 2026-12-02 00:50 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: 257.8 /
@@ -273,7 +263,7 @@ struct HopperAtomicBackwardConfig<64>
 // 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead.
 template <>
 struct HopperAtomicBackwardConfig<96>
-    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true> {};
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true> {};
 
 // The backward's timeline (experiments/backward_timeline.cu, built with
 // -DVARPACK_BACKWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's
@@ -797,7 +787,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       if constexpr (kAtomicDq && Cfg::kStmatrixDs) {
         // dsf[k][j] is the 8 x 8 block of key rows warp * 16 + 8 (j % 2) .. and query octet
-        // 2k + j / 2, in stmatrix's layout; lanes 8j .. 8j + 7 address block j's rows.
+        // 2k + j / 2, in stmatrix's layout; lanes 8j .. 8j + 7 address block j's rows. 4 stores a
+        // tile at 64 queries, where one 32-bit store per register takes 16 (ncu, 16 x 4k,
+        // 2026-12-03 06:53 UTC: 27.7 k of the compute warps' 390 k stall samples on dS^T and its
+        // stores). Measured on the H200 (bf16, causal, 16 heads, tile_shapes, two rounds,
+        // 2026-12-04 18:50 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed, the first round:
+        // d128 337.4 / 489.6 / 551.4 / 437.6 against 334.8 / 483.5 / 549.1 / 432.5 (+0.4 to +1.3%
+        // in both rounds); together with the paired dQ columns below (not kept), d96 +0.3 to
+        // +1.5% and softcap +1.7 to +6.4%; d64 (128-query tiles) -0.5 to +0.6%, but its softcap
+        // kernel then spills 192 / 196 bytes against 140 / 144 (not measured), so d64 keeps the
+        // 32-bit stores. Tried with it, not kept (bfa3872 holds the code): dQ staged by 16-byte
+        // stores, the accumulator's columns paired in the threads' order (the tile conversion
+        // reading them so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over
+        // stmatrix alone, and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
@@ -869,21 +871,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const uint32_t row = sDq + b * Cfg::kDqBytes +
-                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes;
-        if constexpr (Cfg::kPairedDqColumns) {
-          // Columns 16m + 2qd + {0, 1} and 16m + 8 + 2qd + {0, 1}: four floats from the first's
-          // position on.
+                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (dq_col0 + 2 * qd) * 4;
 #pragma unroll
-          for (int m = 0; m < kDqCols / 16; ++m)
-            st_shared_f32x4(row + dq_accum_position(dq_col0 + 16 * m + 2 * qd) * 4,
-                            dq[8 * m + 2 * r], dq[8 * m + 2 * r + 1], dq[8 * m + 4 + 2 * r],
-                            dq[8 * m + 4 + 2 * r + 1]);
-        } else {
-#pragma unroll
-          for (int n = 0; n < kDqCols / 8; ++n)
-            st_shared_f32x2(row + (dq_col0 + 2 * qd) * 4 + n * 32, dq[4 * n + 2 * r],
-                            dq[4 * n + 2 * r + 1]);
-        }
+        for (int n = 0; n < kDqCols / 8; ++n)
+          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
       }
       fence_proxy_async();  // before the bulk reductions read them
       named_barrier_arrive(kDqFull + b, kDqHandoff);
@@ -1023,7 +1015,7 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
     const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
     if (query_slots > 0 && p.heads > 0) {
       const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
-      dq_convert_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep, Cfg::kPairedDqColumns>
+      dq_convert_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep>
           <<<grid, RowPass<Cfg::kDataD>::kThreads, 0, stream>>>(p, dq_accum, dq_states,
                                                                  query_slots);
       check_launch("the backward dQ conversion kernel");

@@ -85,20 +85,11 @@ __device__ __forceinline__ void publish_dq_rows(uint32_t* state, int lane) {
 }
 #endif
 
-// Paired columns (HopperBackwardTile's PairedDqColumns): where column c of a row sits in the
-// accumulator's row. Each 16-column group holds its columns in the order in which the threads of
-// a wgmma accumulator hold them (thread q: columns 2q, 2q + 1, 8 + 2q, 8 + 2q + 1), so that each
-// thread stages its four with one 16-byte store.
-constexpr VARPACK_HOST_DEVICE int dq_accum_position(int c) {
-  return c / 16 * 16 + (c % 8) / 2 * 4 + (c % 16) / 8 * 2 + c % 2;
-}
-
 // dq[i, h, :] = scale * accumulator in the output type for every row of every sequence, by query
 // tiles of kTileRows rows (the backward's query step, whose row groups the states follow). Row
-// groups still untouched are written as zeros. kPairedColumns: the accumulator's columns in
-// dq_accum_position's order.
+// groups still untouched are written as zeros.
 // Grid: (slot_count(total_q, batch, kTileRows), heads).
-template <class T, int D, int kTileRows, bool kPairedColumns = false>
+template <class T, int D, int kTileRows>
 __global__ void __launch_bounds__(RowPass<D>::kThreads)
     dq_convert_tiles_kernel(const AttentionBackwardParams p, const float* dq_accum,
                             const uint32_t* states, int64_t slots) {
@@ -121,20 +112,7 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
       x = src[0];
       y = src[1];
     }
-    if constexpr (kPairedColumns) {
-      // Positions 8 part .. 8 part + 7 hold columns 16 (part / 2) + 4 (part % 2) + {0, 1, 2, 3}
-      // (x.x, x.y, y.x, y.y) and the same + 8 (x.z, x.w, y.z, y.w).
-      static_assert(D % 16 == 0, "whole 16-column groups");
-      const float c = p.softmax_scale;
-      T* dst = static_cast<T*>(p.dq) + row * p.dq_row_stride + h * p.dq_head_stride +
-               part / 2 * 16 + part % 2 * 4;
-      *reinterpret_cast<uint2*>(dst) =
-          make_uint2(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(y.x * c, y.y * c));
-      *reinterpret_cast<uint2*>(dst + 8) =
-          make_uint2(Mma<T>::pack(x.z * c, x.w * c), Mma<T>::pack(y.z * c, y.w * c));
-    } else {
-      store_dq_part<T>(p, row, h, part, x, y);
-    }
+    store_dq_part<T>(p, row, h, part, x, y);
   }
 }
 

@@ -95,12 +95,6 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
 __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
-// 16-byte store of four floats to a shared-memory address.
-__device__ __forceinline__ void st_shared_f32x4(uint32_t addr, float a, float b, float c, float d) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c),
-               "f"(d)
-               : "memory");
-}
 
 // addr[0] += a, addr[1] += b in global memory as fire-and-forget reductions (no value returned, so
 // the warp does not wait for them); one 8-byte vector reduction on sm_90, two 4-byte ones before.

@@ -154,13 +154,8 @@ int main(int argc, char** argv) {
       {"mma bwd atomic 4w q32 (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvTile<128, 4, 32>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128, true},
-      // Before StmatrixDs and PairedDqColumns (HopperBackwardTile), and each of them alone.
-      {"wgmma bwd 32-bit dS, 8-byte dQ (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true>>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd stmatrix dS alone", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd paired dQ alone", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, false, true>>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd softcap 32-bit dS, 8-byte dQ (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true>>(p, ws, nullptr); }, false, 128, true},
-      {"wgmma bwd d96 32-bit dS, 8-byte dQ (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true>>(p, ws, nullptr); }, false, 96},
-      {"wgmma bwd d64 32-bit dS (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
+      // dS^T by one 32-bit store per register (the library before StmatrixDs).
+      {"wgmma bwd 32-bit dS stores (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, false>>(p, ws, nullptr); }, false, 128},
       // The prologue of all threads (K, V and the first query tile by cp.async, then a block-wide
       // wait; the library's before TmaPrologue), and the deterministic mode's dK/dV with TmaPrologue.
       {"wgmma bwd all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
