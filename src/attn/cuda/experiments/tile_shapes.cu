@@ -216,6 +216,10 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 atomic, not ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
+      {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
+      // dS^T by stmatrix at d64 (HopperBackwardTile's StmatrixDs; its softcap kernel spills more).
+      {"wgmma bwd d64 stmatrix dS", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
+      {"wgmma bwd d64 stmatrix dS softcap", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64, true},
       // The dQ accumulator cleared by the Delta pass and every block adding (d128's and d96's
       // library kernels before 6978c1e, 2026-12-03), and d64's kernel with claimed dQ rows
       // (HopperBackwardTile's ClaimDqRows).
