@@ -33,9 +33,9 @@
 #   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
 #   TIMELINE_POINTS=64x1k,16x4k: those points only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
-#   16 x 4k; 0 = 64 x 1k; PROFILE_D: the head dim, default 128; PROFILE_SKIP: launches of the
-#   kernel skipped (default 2: for hopper_backward_kernel a deterministic-mode launch, 6 the first
-#   atomic one);
+#   16 x 4k; 0 = 64 x 1k; 9 = 4 x 16k with a window of 2048; PROFILE_D: the head dim, default
+#   128; PROFILE_SKIP: launches of the kernel skipped (default 2: for hopper_backward_kernel a
+#   deterministic-mode launch, 6 the first atomic one);
 #   PROFILE_KERNELS: which, default the forward, the backward and its two row passes;
 #   PROFILE_EXTRA: more ncu arguments, e.g. "--section MemoryWorkloadAnalysis_Tables"), with
 #   per-instruction stall samples of the backward in ncu_backward_sass.csv and of the forward in
@@ -244,6 +244,6 @@ fi
 
 echo "==== logs in $out"
 [ -f "$out/tests.log" ] && grep -E "^(FAIL|FAILED|ERROR)" "$out/tests.log" | head -12
-[ -f "$out/bench.log" ] && grep -A10 -E "==== bench_(standalone|mma)" "$out/bench.log"
+[ -f "$out/bench.log" ] && grep -A11 -E "==== bench_(standalone|mma)" "$out/bench.log"
 [ -f "$out/bench_peers.md" ] && cat "$out/bench_peers.md"
 printf '%s\n' "${summary[@]}"

@@ -1,7 +1,9 @@
 // Standalone GPU benchmark of the CUDA attention (no torch, so no peers: the same-process
 // comparison with torch's kernels is bench/cuda/bench_attention_gpu.py). bf16, 16 heads x 128,
-// causal, 64k tokens per call: equal lengths 1k, 4k, 16k and 16 rows of 4096 at several padding
-// rates. Median of CUDA-event timings; useful TFLOP/s = 4*H*D*sum(len^2)/2 (backward 2.5x that).
+// causal, 64k tokens per call: equal lengths 1k, 4k, 16k, 16 rows of 4096 at several padding
+// rates, and 4 x 16k with a sliding window of 2048 keys (point 9). Median of CUDA-event timings;
+// useful TFLOP/s = 4*H*D per visible (query, key) pair, sum(len^2)/2 pairs without a window
+// (backward 2.5x that).
 // The backward is timed in both modes: deterministic (2 passes, no atomics) and atomic dQ.
 // Run: ./bench_attention_cuda [repeats [point index [head dim]]] (one point: for profiling under
 // ncu; the head dim, default 128, one of 64, 96, 128, 256)
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   struct Point {
     std::string name;
     std::vector<int32_t> lens;
+    int64_t window_left = -1;
   };
   std::vector<Point> points{{"64 x 1k", std::vector<int32_t>(64, 1024)},
                             {"16 x 4k", std::vector<int32_t>(16, 4096)},
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   for (double rate : {0.03, 0.10, 0.25, 0.50, 0.75, 0.90})
     points.push_back({"16x4096 pad " + std::to_string(static_cast<int>(rate * 100)) + "%",
                       varpack::bench::padded_rows(16, 4096, rate, 7)});
+  // The peer table's window point (bench_attention_gpu.py): its backward ran at 79% of the plain
+  // 4 x 16k's TFLOP/s there (2026-12-04), its forward at full speed.
+  points.push_back({"4 x 16k window 2048", std::vector<int32_t>(4, 16384), 2048});
 
   const int64_t max_rows = 65536;
   const varpack::bench::BenchProblem problem(heads, d, max_rows);
@@ -65,7 +71,7 @@ int main(int argc, char** argv) {
               "fwd TF/s", "bwd det ms", "det TF/s", "bwd atom ms", "atom TF/s", "det/atom");
   for (const Point& pt : points) {
     double flops = 0;
-    varpack::AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
+    varpack::AttentionBackwardParams p = problem.causal_params(pt.lens, &flops, pt.window_left);
     const float fwd = varpack::bench::median_ms([&] { varpack::attention_forward_cuda(p, forward_ws, nullptr); }, repeats);
     p.deterministic = true;
     const float det = varpack::bench::median_ms([&] { varpack::attention_backward_cuda(p, ws, nullptr); }, repeats);

@@ -116,13 +116,21 @@ struct BenchProblem {
   }
 
   // Uploads cu_seqlens for `lens` (at most 1023 sequences, at most `rows` tokens) and returns
-  // causal params over them; *flops = the forward's useful FLOPs, 4 * heads * d * sum(len^2) / 2.
-  AttentionBackwardParams causal_params(const std::vector<int32_t>& lens, double* flops) const {
+  // causal params over them, with a sliding window of window_left keys left of the diagonal where
+  // it is not -1; *flops = the forward's useful FLOPs, 4 * heads * d per visible (query, key) pair,
+  // a causal sequence without a window counted as len^2 / 2 pairs (as bench_attention_gpu.py
+  // counts both).
+  AttentionBackwardParams causal_params(const std::vector<int32_t>& lens, double* flops,
+                                        int64_t window_left = -1) const {
     std::vector<int32_t> cu_h{0};
     *flops = 0;
     for (int32_t l : lens) {
       cu_h.push_back(cu_h.back() + l);
-      *flops += 4.0 * heads * head_dim * static_cast<double>(l) * l / 2;
+      const double n = l, w = static_cast<double>(window_left) + 1;  // keys a query sees at most
+      const double pairs = window_left < 0 ? n * n / 2
+                           : n <= w       ? n * (n + 1) / 2
+                                          : w * (w + 1) / 2 + (n - w) * w;
+      *flops += 4.0 * heads * head_dim * pairs;
     }
     if (lens.size() > 1023 || cu_h.back() > rows) {
       std::fprintf(stderr,
@@ -149,6 +157,7 @@ struct BenchProblem {
     p.head_dim = head_dim;
     p.softmax_scale = 1.f / std::sqrt(static_cast<float>(head_dim));
     p.causal = true;
+    p.window_left = window_left;
     return p;
   }
 };
