@@ -253,6 +253,7 @@ struct HopperAtomicBackwardConfig;
 template <>
 struct HopperAtomicBackwardConfig<128>
     : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true> {};
+// d64: dS^T by 32-bit stores (StmatrixDs off; measured at the store).
 template <>
 struct HopperAtomicBackwardConfig<64>
     : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false> {};
