@@ -320,6 +320,45 @@ TEST(TileBounds, RowVisibilityMatchesSequenceBounds) {
     }
 }
 
+// visible_columns' two bounds per key agree with the pairs' visibility over a transposed tile of
+// 64 queries: every key (and keys past the end), every thread's first column (SplitScores' second
+// half from 32), columns past the sequence's end.
+TEST(TileBounds, VisibleColumnsMatchSequenceBounds) {
+  for (const auto& [q_len, k_len] : length_pairs())
+    for (const Mask& m : masks()) {
+      const SequenceBounds s = bounds(q_len, k_len);
+      for (int64_t m0 = 0; m0 < q_len; m0 += 64) {
+        const RowVisibility v = row_visibility(s, m0, m.causal, m.window_left, m.window_right, 64);
+        const int queries = static_cast<int>(std::min<int64_t>(q_len - m0, 64));
+        for (int64_t j = 0; j < k_len + 9; ++j)
+          for (const int first : {0, 32})
+            for (int base = first; base < first + 8; base += 2) {
+              const int count = 64 - first;
+              const ColumnLimits c =
+                  visible_columns(v, static_cast<int>(j), j < k_len, base, queries, count);
+              for (int k = 0; base + k < 64; ++k)
+                ASSERT_EQ(k >= c.lo && k < c.hi,
+                          j < k_len && base + k < queries && visible(s, m, m0 + base + k, j))
+                    << "q " << q_len << " k " << k_len << " m0 " << m0 << " key " << j
+                    << " column " << base + k;
+            }
+      }
+    }
+  // Keys near INT32_MAX, where a missing window side's bound would overflow 32 bits.
+  const int64_t huge = INT32_MAX - 200;
+  const SequenceBounds s = bounds(huge, huge);
+  for (const Mask& m : masks())
+    for (const int64_t m0 : {huge - 64, huge - 64 * 1000}) {
+      const RowVisibility v = row_visibility(s, m0, m.causal, m.window_left, m.window_right, 64);
+      for (int64_t j = m0 - 70; j < m0 + 70; ++j) {
+        const ColumnLimits c = visible_columns(v, static_cast<int>(j), j < huge, 0, 64, 64);
+        for (int k = 0; k < 64; ++k)
+          ASSERT_EQ(k >= c.lo && k < c.hi, j < huge && visible(s, m, m0 + k, j))
+              << "m0 " << m0 << " key " << j << " column " << k;
+      }
+    }
+}
+
 // The unmasked path: taken exactly when every pair of the tile is visible.
 TEST(TileBounds, FullyVisibleTilesNeedNoMask) {
   for (const auto& [q_len, k_len] : length_pairs())

@@ -85,9 +85,12 @@ namespace varpack::cuda {
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 // StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
 // one 32-bit store per register.
+// RowLimitMask: a partly visible tile's mask as two column bounds per key row (visible_columns:
+// two compares a score), else four tests of each score's column.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true>
+          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
+          bool RowLimitMask = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -105,6 +108,7 @@ struct HopperBackwardTile {
   static constexpr bool kTmaPrologue = TmaPrologue;
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
+  static constexpr bool kRowLimitMask = RowLimitMask;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -696,6 +700,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const RowVisibility vis =
         row_visibility(seq, m0, p.causal, p.window_left, p.window_right, kBM);
     const int queries = seq.q_len - m0 < kBM ? static_cast<int>(seq.q_len - m0) : kBM;
+    // Whether this thread's score (key row c / 2, query column q0 + 8i + 2qd + c % 2) is visible.
+    // With RowLimitMask, set_limits() first (in the partly visible tile's branch).
+    ColumnLimits limits[2];
+    auto set_limits = [&] {
+      if constexpr (Cfg::kRowLimitMask) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          limits[r] = visible_columns(vis, key0 + 8 * r, key_in[r], q0 + 2 * qd, queries,
+                                      kScoreQueries);
+      }
+    };
+    auto masked = [&](int i, int c) {
+      if constexpr (Cfg::kRowLimitMask) {
+        const int k = i * 8 + (c & 1);
+        return k < limits[c / 2].lo || k >= limits[c / 2].hi;
+      } else {
+        const int col = q0 + i * 8 + 2 * qd + (c & 1);
+        const int shifted = key0 + 8 * (c / 2) - col;
+        return !(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end);
+      }
+    };
     if constexpr (!kSoftcap) {
       // The exponentials, then the mask only where the tile is not wholly visible (one branch a
       // tile; in one loop ptxas branched around each score's test: d128's atomic loop 921 -> 767
@@ -714,17 +739,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           st[4 * i + c] =
               fast_exp2(fmaf(st[4 * i + c], c_log2, -lse[i * 8 + 2 * qd + (c & 1)] * kLog2e));
       if (!full) {
+        set_limits();
 #pragma unroll
         for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int col = q0 + i * 8 + 2 * qd + (c & 1);
-            const int shifted = key0 + 8 * (c / 2) - col;
-            if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
-              st[4 * i + c] = 0.f;
-          }
+          for (int c = 0; c < 4; ++c)
+            if (masked(i, c)) st[4 * i + c] = 0.f;
       }
     } else {
+      if (!full) set_limits();
 #pragma unroll
       for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
@@ -733,11 +756,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           float raw, slope;
           raw_and_slope<kSoftcap>(st[4 * i + c], p.softmax_scale, p.softcap, raw, slope);
           float pr = fast_exp2(fmaf(raw, c_log2, -lse[col - q0] * kLog2e));
-          if (!full) {
-            const int shifted = key0 + 8 * (c / 2) - col;
-            if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
-              pr = 0.f;
-          }
+          if (!full && masked(i, c)) pr = 0.f;
           st[4 * i + c] = pr;
           dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
         }

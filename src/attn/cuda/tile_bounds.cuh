@@ -279,6 +279,29 @@ VARPACK_HOST_DEVICE RowVisibility row_visibility(const SequenceBounds& s, int64_
           static_cast<int>(e < -far ? -far : (e > far ? far : e))};
 }
 
+// A transposed tile's mask (the backward's S^T: rows are keys, columns are the queries m0 + col):
+// key `key` is visible from column base + k (0 <= k < count) iff lo <= k < hi. vis is
+// row_visibility(s, m0, ..., slack >= the tile's queries), queries the tile's queries inside the
+// sequence, key_in whether the key is. So a masked score costs two compares against registers
+// instead of four tests of its column. Computed in 64 bits and clamped to [0, count]: a missing
+// window side's far bound would overflow 32.
+struct ColumnLimits {
+  int lo = 0, hi = 0;
+};
+
+VARPACK_HOST_DEVICE ColumnLimits visible_columns(const RowVisibility& vis, int key, bool key_in,
+                                                 int base, int queries, int count) {
+  // Column col sees the key iff vis.begin + col <= key < vis.end + col and col < queries.
+  const int64_t lo = static_cast<int64_t>(key) - vis.end + 1 - base;
+  int64_t hi = static_cast<int64_t>(key) - vis.begin + 1 - base;
+  if (hi > static_cast<int64_t>(queries) - base) hi = static_cast<int64_t>(queries) - base;
+  if (!key_in) hi = 0;
+  const auto clamp = [count](int64_t v) {
+    return static_cast<int>(v < 0 ? 0 : (v > count ? count : v));
+  };
+  return {clamp(lo), clamp(hi)};
+}
+
 // True when every (query, key) pair of the tile is visible, so the kernels skip the mask.
 VARPACK_HOST_DEVICE bool tile_fully_visible(const SequenceBounds& s, int64_t q0, int64_t q1,
                                             int64_t k0, int64_t k1, bool causal,

@@ -156,6 +156,11 @@ int main(int argc, char** argv) {
       {"wgmma bwd softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128, true},
       // dS^T by one 32-bit store per register (the library before StmatrixDs).
       {"wgmma bwd 32-bit dS stores (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, false>>(p, ws, nullptr); }, false, 128},
+      // The mask of a partly visible tile as two column bounds per key row (RowLimitMask).
+      {"wgmma bwd row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 128},
+      {"wgmma bwd softcap row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+      {"wgmma det bwd two passes (lib)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<128>>(p, ws, nullptr); }, false, 128},
+      {"wgmma det bwd row-limit mask", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, false, false, false, false, true, true>>(p, ws, nullptr); }, false, 128},
       // The prologue of all threads (K, V and the first query tile by cp.async, then a block-wide
       // wait; the library's before TmaPrologue), and the deterministic mode's dK/dV with TmaPrologue.
       {"wgmma bwd all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
@@ -189,6 +194,7 @@ int main(int argc, char** argv) {
       // passes, dK/dV split by columns over 64-key blocks).
       {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d256 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 256>(p, ws, nullptr); }, false, 256},
+      {"wgmma bwd d256 row-limit mask", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, false, true, true, true, false, true, true>>(p, ws, nullptr); }, false, 256},
       // The library's (above): S^T and dP^T split by queries between the warpgroups (SplitScores), the
       // next tile's issued ahead; then the same without issuing ahead, and the earlier shapes,
       // where both warpgroups compute all of the scores.
@@ -212,11 +218,14 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 two passes (lib det)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<96>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 two passes, pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 96, false, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 (lib, atomic)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96},
+      {"wgmma bwd d96 row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 atomic, not ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
+      {"wgmma bwd d64 row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
+      {"wgmma bwd d64 softcap row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64, true},
       // dS^T by stmatrix at d64 (HopperBackwardTile's StmatrixDs; its softcap kernel spills more).
       {"wgmma bwd d64 stmatrix dS", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 stmatrix dS softcap", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64, true},
@@ -233,10 +242,12 @@ int main(int argc, char** argv) {
   struct Point {
     std::string name;
     std::vector<int32_t> lens;
+    int64_t window_left = -1;  // a sliding window of that many keys left of the diagonal
   };
   std::vector<Point> points{{"64x1k", std::vector<int32_t>(64, 1024)},
                             {"16x4k", std::vector<int32_t>(16, 4096)},
                             {"4x16k", std::vector<int32_t>(4, 16384)},
+                            {"window2k", std::vector<int32_t>(4, 16384), 2048},  // 4 x 16k
                             {"2x32k", std::vector<int32_t>(2, 32768)},
                             {"mixed", {4096, 300, 2000, 17, 1024, 3000, 129, 777, 4096, 64}},
                             {"pad3%", bench::padded_rows(16, 4096, 0.03, 7)},
@@ -294,7 +305,7 @@ int main(int argc, char** argv) {
     const bench::BenchProblem problem(heads, d, rows);
     for (const Point& pt : points) {
       double flops = 0;
-      const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
+      const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops, pt.window_left);
       AttentionBackwardParams capped = p;
       capped.softcap = 30.f;
       auto params_of = [&](const Variant& v) -> const AttentionBackwardParams& {
