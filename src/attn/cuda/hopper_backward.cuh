@@ -85,12 +85,9 @@ namespace varpack::cuda {
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 // StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
 // one 32-bit store per register.
-// RowLimitMask: a partly visible tile's mask as two column bounds per key row (visible_columns:
-// two compares a score), else four tests of each score's column.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool RowLimitMask = false>
+          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -108,7 +105,6 @@ struct HopperBackwardTile {
   static constexpr bool kTmaPrologue = TmaPrologue;
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
-  static constexpr bool kRowLimitMask = RowLimitMask;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -700,27 +696,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const RowVisibility vis =
         row_visibility(seq, m0, p.causal, p.window_left, p.window_right, kBM);
     const int queries = seq.q_len - m0 < kBM ? static_cast<int>(seq.q_len - m0) : kBM;
-    // Whether this thread's score (key row c / 2, query column q0 + 8i + 2qd + c % 2) is visible.
-    // With RowLimitMask, set_limits() first (in the partly visible tile's branch).
-    ColumnLimits limits[2];
-    auto set_limits = [&] {
-      if constexpr (Cfg::kRowLimitMask) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          limits[r] = visible_columns(vis, key0 + 8 * r, key_in[r], q0 + 2 * qd, queries,
-                                      kScoreQueries);
-      }
-    };
-    auto masked = [&](int i, int c) {
-      if constexpr (Cfg::kRowLimitMask) {
-        const int k = i * 8 + (c & 1);
-        return k < limits[c / 2].lo || k >= limits[c / 2].hi;
-      } else {
-        const int col = q0 + i * 8 + 2 * qd + (c & 1);
-        const int shifted = key0 + 8 * (c / 2) - col;
-        return !(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end);
-      }
-    };
     if constexpr (!kSoftcap) {
       // The exponentials, then the mask only where the tile is not wholly visible (one branch a
       // tile; in one loop ptxas branched around each score's test: d128's atomic loop 921 -> 767
@@ -739,15 +714,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           st[4 * i + c] =
               fast_exp2(fmaf(st[4 * i + c], c_log2, -lse[i * 8 + 2 * qd + (c & 1)] * kLog2e));
       if (!full) {
-        set_limits();
 #pragma unroll
         for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (masked(i, c)) st[4 * i + c] = 0.f;
+          for (int c = 0; c < 4; ++c) {
+            const int col = q0 + i * 8 + 2 * qd + (c & 1);
+            const int shifted = key0 + 8 * (c / 2) - col;
+            if (!(key_in[c / 2] && col < queries && shifted >= vis.begin && shifted < vis.end))
+              st[4 * i + c] = 0.f;
+          }
       }
     } else {
-      if (!full) set_limits();
+      // The mask inside the exponentials' loop, as two column bounds per key row
+      // (visible_columns: two compares a score). Measured on the H200 (bf16, causal, 16 heads,
+      // tile_shapes, two rounds, 2026-12-04 21:05 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
+      // with a window of 2048 / mixed, the first round: d128 278.1 / 365.2 / 359.4 / 338.3 against
+      // the per-score tests' 266.4 / 353.2 / 345.8 / 325.7 (+3.4 to +4.4% in both rounds; its
+      // spills 56 / 72 bytes against 60 / 84), d64 188.9 / 275.0 / 268.6 / 234.9 against 179.9 /
+      // 256.2 / 250.7 / 220.2 (+4.9 to +7.4%). Without softcap the mask runs after the exponentials
+      // in a branch of its own, and there the bounds gained nothing (d128 -1.0 to +0.5%, d64 -0.3
+      // to -1.1%): the per-score tests stay there.
+      ColumnLimits limits[2];
+      if (!full) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          limits[r] = visible_columns(vis, key0 + 8 * r, key_in[r], q0 + 2 * qd, queries,
+                                      kScoreQueries);
+      }
 #pragma unroll
       for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
@@ -756,7 +749,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           float raw, slope;
           raw_and_slope<kSoftcap>(st[4 * i + c], p.softmax_scale, p.softcap, raw, slope);
           float pr = fast_exp2(fmaf(raw, c_log2, -lse[col - q0] * kLog2e));
-          if (!full && masked(i, c)) pr = 0.f;
+          if (!full) {
+            const int k = i * 8 + (c & 1);
+            if (k < limits[c / 2].lo || k >= limits[c / 2].hi) pr = 0.f;
+          }
           st[4 * i + c] = pr;
           dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
         }

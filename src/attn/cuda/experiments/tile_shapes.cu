@@ -156,11 +156,6 @@ int main(int argc, char** argv) {
       {"wgmma bwd softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 128>(p, ws, nullptr); }, false, 128, true},
       // dS^T by one 32-bit store per register (the library before StmatrixDs).
       {"wgmma bwd 32-bit dS stores (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, false>>(p, ws, nullptr); }, false, 128},
-      // The mask of a partly visible tile as two column bounds per key row (RowLimitMask).
-      {"wgmma bwd row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 128},
-      {"wgmma bwd softcap row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-      {"wgmma det bwd two passes (lib)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<128>>(p, ws, nullptr); }, false, 128},
-      {"wgmma det bwd row-limit mask", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, false, false, false, false, true, true>>(p, ws, nullptr); }, false, 128},
       // The prologue of all threads (K, V and the first query tile by cp.async, then a block-wide
       // wait; the library's before TmaPrologue), and the deterministic mode's dK/dV with TmaPrologue.
       {"wgmma bwd all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true>>(p, ws, nullptr); }, false, 128},
@@ -194,7 +189,6 @@ int main(int argc, char** argv) {
       // passes, dK/dV split by columns over 64-key blocks).
       {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
       {"wgmma bwd d256 (lib, two passes)", [](auto& p, void* ws) { launch_hopper_backward<T, 256>(p, ws, nullptr); }, false, 256},
-      {"wgmma bwd d256 row-limit mask", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, false, true, true, true, false, true, true>>(p, ws, nullptr); }, false, 256},
       // The library's (above): S^T and dP^T split by queries between the warpgroups (SplitScores), the
       // next tile's issued ahead; then the same without issuing ahead, and the earlier shapes,
       // where both warpgroups compute all of the scores.
@@ -218,14 +212,11 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 two passes (lib det)", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardConfig<96>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 two passes, pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 96, false, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 (lib, atomic)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96},
-      {"wgmma bwd d96 row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d96 atomic, not ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96>>(p, ws, nullptr); }, false, 96},
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
-      {"wgmma bwd d64 row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d64 softcap row-limit mask", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64, true},
       // dS^T by stmatrix at d64 (HopperBackwardTile's StmatrixDs; its softcap kernel spills more).
       {"wgmma bwd d64 stmatrix dS", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 stmatrix dS softcap", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64, true},
