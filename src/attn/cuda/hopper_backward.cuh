@@ -727,7 +727,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       // The mask inside the exponentials' loop, as two column bounds per key row
       // (visible_columns: two compares a score). Measured on the H200 (bf16, causal, 16 heads,
-      // tile_shapes, two rounds, 2026-12-04 21:05 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
+      // tile_shapes, two rounds, 2026-12-04 20:25 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
       // with a window of 2048 / mixed, the first round: d128 278.1 / 365.2 / 359.4 / 338.3 against
       // the per-score tests' 266.4 / 353.2 / 345.8 / 325.7 (+3.4 to +4.4% in both rounds; its
       // spills 56 / 72 bytes against 60 / 84), d64 188.9 / 275.0 / 268.6 / 234.9 against 179.9 /

@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       // buffer: two do not fit beside its scratch).
       {"wgmma fwd warp-copied out", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
       // The library before 2026-12-02 15:40 UTC (one Q tile, a block per work); the library's
-      // config with a block per work, whatever the batch; with the row-limit mask.
+      // config with a block per work, whatever the batch.
       {"wgmma fwd one Q, block per work (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true>>(p, nullptr); }, true, 128},
       {"wgmma fwd block per work", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr); }, true, 128},
       // Persistent with 1, 2 and 4 heads per work (forward_heads_per_block's rule was derived for
@@ -143,7 +143,9 @@ int main(int argc, char** argv) {
       {"wgmma fwd persistent 1 head", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd persistent 2 heads", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 2, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd persistent 4 heads", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kAuto, work_counter); }, true, 128},
-      {"wgmma fwd row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
+      // The library's config with the row-limit mask (RowLimitMask), without and with softcap.
+      {"wgmma fwd row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
+      {"wgmma fwd softcap row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       // Q by the producer's cp.async (the library's before 2026-12-03 17:50 UTC; QByTma = false),
       // with and without softcap.
       {"wgmma fwd Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
