@@ -6,7 +6,8 @@
 # $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
 # Needs only what the GPU image has (torch with CUDA, nvcc, cmake): neither build uses simdjson, so
 # nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
-# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [sanitize] [tune] [timeline] [profile]
+# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [peers] [sanitize] [tune] [timeline]
+#   [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
@@ -16,7 +17,8 @@
 #   both benchmarks (the standalone one on both kernel paths; the clock and power sampled during
 #   the peers', at the end of bench_peers.log), the kernel-by-kernel trace of one torch step of
 #   varpack and of cuDNN at 16 x 4k and 64 x 1k (bench/cuda/trace_step.py), then the host time
-#   per call (bench/host_overhead.py);
+#   per call (bench/host_overhead.py); peers: the peer table alone (bench_attention_gpu.py with
+#   the clock sampled; about 190 s), without the standalone benchmarks, traces and host times;
 #   sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
@@ -184,15 +186,20 @@ if [[ $want == *" bench "* ]]; then
   [ -x $bin/bench_attention_cuda ] &&
     step bench.log bench_standalone 120 $bin/bench_attention_cuda 20 &&
     VARPACK_CUDA_KERNELS=mma step bench.log bench_mma 120 $bin/bench_attention_cuda 20
+fi
+if [[ $want == *" bench "* || $want == *" peers "* ]] && [ $torch = 1 ]; then
   # The clock, power and throttle reasons while the peers run (they run at the power cap).
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv -lms 500 >"$out/.clocks" 2>&1 &
   smi_pid=$!
-  [ $torch = 1 ] && PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
+  PYTHONPATH=$PWD/python step bench_peers.log bench_peers 420 python3 \
     bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md"
   kill $smi_pid 2>/dev/null
+  wait $smi_pid 2>/dev/null
   { echo "==== clocks during bench_peers"; cat "$out/.clocks"; } >>"$out/bench_peers.log"
   rm -f "$out/.clocks"
+fi
+if [[ $want == *" bench "* ]]; then
   # One step kernel by kernel, varpack's and then cuDNN's (padded) at 16 x 4k and 64 x 1k.
   for impl in varpack cudnn; do
     for shape in "--rows 16 --len 4096" "--rows 64 --len 1024"; do
