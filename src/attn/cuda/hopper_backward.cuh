@@ -729,11 +729,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // (visible_columns: two compares a score). Measured on the H200 (bf16, causal, 16 heads,
       // tile_shapes, two rounds, 2026-12-04 20:25 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k
       // with a window of 2048 / mixed, the first round: d128 278.1 / 365.2 / 359.4 / 338.3 against
-      // the per-score tests' 266.4 / 353.2 / 345.8 / 325.7 (+3.4 to +4.4% in both rounds; its
-      // spills 56 / 72 bytes against 60 / 84), d64 188.9 / 275.0 / 268.6 / 234.9 against 179.9 /
-      // 256.2 / 250.7 / 220.2 (+4.9 to +7.4%). Without softcap the mask runs after the exponentials
-      // in a branch of its own, and there the bounds gained nothing (d128 -1.0 to +0.5%, d64 -0.3
-      // to -1.1%): the per-score tests stay there.
+      // the per-score tests' 266.4 / 353.2 / 345.8 / 325.7 (+3.4 to +4.4% in both rounds), d64
+      // 188.9 / 275.0 / 268.6 / 234.9 against 179.9 / 256.2 / 250.7 / 220.2 (+4.9 to +7.4%).
+      // ptxas: d128's softcap kernel spills 44 / 60 bytes (the variant timed, with the bounds in
+      // both paths: 56 / 72) against 60 / 84. Without softcap the mask runs after the
+      // exponentials in a branch of its own, and there the bounds gained nothing (d128 -1.0 to
+      // +0.5%, d64 -0.3 to -1.1%): the per-score tests stay there.
       ColumnLimits limits[2];
       if (!full) {
 #pragma unroll
