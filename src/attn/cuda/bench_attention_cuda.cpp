@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
   for (double rate : {0.03, 0.10, 0.25, 0.50, 0.75, 0.90})
     points.push_back({"16x4096 pad " + std::to_string(static_cast<int>(rate * 100)) + "%",
                       varpack::bench::padded_rows(16, 4096, rate, 7)});
-  // The peer table's window point (bench_attention_gpu.py): its backward ran at 79% of the plain
-  // 4 x 16k's TFLOP/s there (2026-12-04), its forward at full speed.
+  // The peer table's window point (bench_attention_gpu.py). A window of 2048 gives each key block
+  // a 4k walk, so 16 x 4k is its peer: ncu put its backward at 99.8% of 16 x 4k's rate per tile
+  // computed (bench/results/cuda.md, 2026-12-04 20:10 UTC).
   points.push_back({"4 x 16k window 2048", std::vector<int32_t>(4, 16384), 2048});
 
   const int64_t max_rows = 65536;
