@@ -812,8 +812,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // d128 337.4 / 489.6 / 551.4 / 437.6 against 334.8 / 483.5 / 549.1 / 432.5 (+0.4 to +1.3%
         // in both rounds); together with the paired dQ columns below (not kept), d96 +0.3 to
         // +1.5% and softcap +1.7 to +6.4%; d64 (128-query tiles) -0.5 to +0.6%, but its softcap
-        // kernel then spills 192 / 196 bytes against 140 / 144 (not measured), so d64 keeps the
-        // 32-bit stores. Tried with it, not kept (bfa3872 holds the code): dQ staged by 16-byte
+        // kernel then spills 192 / 196 bytes against 140 / 144, and with the column-bound mask it
+        // measured 200.2 / 303.0 / 258.3 against 213.5 / 327.6 / 278.0 at 64 x 1k / 16 x 4k / mixed
+        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried with it, not kept (bfa3872 holds the code): dQ staged by 16-byte
         // stores, the accumulator's columns paired in the threads' order (the tile conversion
         // reading them so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over
         // stmatrix alone, and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).

@@ -214,7 +214,12 @@ struct HopperForwardTile {
 //   292.9 / 364.6, d96 317.3 / 439.9 / 518.2 / 384.6 / 424.6, but d128 383.5 / 531.5 / 588.3 /
 //   442.8 / 487.1 (and 407.3 / 534.8 / 589.2 / 463.4): 1-1.5% slower from 4k, where it has few
 //   masked tiles (its loop: 837 instructions with both of the mask's paths, against 736). So two
-//   Q buffers at d64, d96 and d128, the row-limit mask at d64 and d96.
+//   Q buffers at d64, d96 and d128, the row-limit mask then at d64 and d96. On today's config
+//   (Q by the TMA unit, persistent; tile_shapes, two rounds, 2026-12-04 21:25 UTC) it gains at
+//   d128 too: 477.6 / 578.8 / 523.8 against 473.2 / 576.4 / 517.6 at 64 x 1k / 16 x 4k / mixed
+//   (+0.4 to +1.4% in both rounds), softcap 414.3 / 450.6 / 428.3 against 405.7 / 447.5 / 418.1
+//   (+0.6 to +2.6%; ptxas: that softcap kernel spills 128 / 156 bytes against 92 / 92). So at
+//   every head dim but d256 (64-key tiles, one Q buffer).
 // - Tried on 2026-12-03 (tile_shapes, persistent, d128, TFLOP/s and, over 2 s of calls back to
 //   back, joules per call, at 64 x 1k / 16 x 4k / 4 x 16k / mixed; cuda.md), none kept: Q in
 //   registers (S = Q K^T from registers and K's shared memory) 464.3 / 575.4 / 632.9 / 509.4
@@ -270,7 +275,7 @@ struct HopperForwardConfig
                                                false, 1, false, true>,
                              HopperForwardTile<(D + 63) / 64 * 64, 2, 128, 2, true, 24, 240,
                                                (D + 63) / 64 * 64, D, false, true, true, 2,
-                                               D != 128, true>>> {};
+                                               true, true>>> {};
 
 // The forward's timeline (experiments/forward_timeline.cu, built with
 // -DVARPACK_FORWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's

@@ -143,9 +143,10 @@ int main(int argc, char** argv) {
       {"wgmma fwd persistent 1 head", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 1, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd persistent 2 heads", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 2, ForwardOrder::kAuto, work_counter); }, true, 128},
       {"wgmma fwd persistent 4 heads", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardConfig<128>>(p, nullptr, 4, ForwardOrder::kAuto, work_counter); }, true, 128},
-      // The library's config with the row-limit mask (RowLimitMask), without and with softcap.
-      {"wgmma fwd row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
-      {"wgmma fwd softcap row-limit mask", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
+      // The library's config with each score's mask tested per score (RowLimitMask off: d128's
+      // library before 2026-12-04 21:30 UTC), without and with softcap.
+      {"wgmma fwd per-score mask (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
+      {"wgmma fwd softcap per-score mask (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
       // Q by the producer's cp.async (the library's before 2026-12-03 17:50 UTC; QByTma = false),
       // with and without softcap.
       {"wgmma fwd Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
@@ -219,9 +220,6 @@ int main(int argc, char** argv) {
       {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
-      // dS^T by stmatrix at d64 (HopperBackwardTile's StmatrixDs; its softcap kernel spills more).
-      {"wgmma bwd d64 stmatrix dS", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64},
-      {"wgmma bwd d64 stmatrix dS softcap", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2>>(p, ws, nullptr); }, false, 64, true},
       // The dQ accumulator cleared by the Delta pass and every block adding (d128's and d96's
       // library kernels before 6978c1e, 2026-12-03), and d64's kernel with claimed dQ rows
       // (HopperBackwardTile's ClaimDqRows).
