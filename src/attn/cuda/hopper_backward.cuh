@@ -85,9 +85,17 @@ namespace varpack::cuda {
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 // StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
 // one 32-bit store per register.
+// DqByRed (atomic dQ, an experiment: tile_shapes): the compute threads add their dQ registers to
+// the accumulator themselves (red.global.add.v2.f32, fire and forget) instead of staging them in
+// shared memory for the reducing warps' bulk reductions: no dQ buffers (their 69 KB free for
+// load stages), no hand-off barriers, and 64 KB a tile less shared-memory traffic (the staging's
+// stores and the bulk reductions' reads), for 16 reductions a thread a tile. Needs the cleared
+// accumulator (not ClaimDqRows); the two warpgroups then order dS^T's reuse with barriers of
+// their own (kDsFree).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true>
+          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
+          bool DqByRed = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -105,6 +113,9 @@ struct HopperBackwardTile {
   static constexpr bool kTmaPrologue = TmaPrologue;
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
+  static constexpr bool kDqByRed = DqByRed;
+  static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && !PingPong),
+                "reductions from registers add to a cleared accumulator, one dQ block per warpgroup");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -143,7 +154,8 @@ struct HopperBackwardTile {
   static constexpr int kDqOffset =
       kDsOffset + (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
-  static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
+  static constexpr int kStatOffset =
+      kDqOffset + (SplitColumns || DqByRed ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
   static constexpr int kBarriers = 2 * kStages + 1;  // per stage: full, empty; K and V full
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
@@ -300,6 +312,7 @@ enum HopperBackwardBarrier : int {
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
+  kDsFree = 8,   // + compute warpgroup: the other's dQ product has read dS^T (DqByRed)
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -477,7 +490,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
+    } else if (kAtomicDq && !Cfg::kDqByRed && warp >= 2 && warp < 2 + Cfg::kReducerWarps &&
+               iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator),
       // or stores them where its block is the first at them.
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
@@ -629,6 +643,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kIssueAhead = Cfg::kIssueAhead && !kPingPong;
   uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
   TileCursor cursor{0, 0};  // scores(it) runs for it = 0, 1, 2, ... in turn
+  [[maybe_unused]] TileCursor dq_cursor{0, 0};  // and products(it) (DqByRed's reductions)
   auto scores = [&](int it) {
     const int s = it % kStages;
     VARPACK_BACKWARD_STAMP(kScoresStart);
@@ -790,6 +805,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fence_proxy_async();  // before the products read them
       named_barrier_sync(kDsReady, Cfg::kComputeThreads);
     } else {
+      // DqByRed: dS^T's buffer is free once the other warpgroup's dQ product of the previous tile
+      // has read it (its arrival in products); without it, the dQ hand-off's barrier orders that.
+      if constexpr (kAtomicDq && Cfg::kDqByRed) {
+        if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
+      }
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
@@ -881,22 +901,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       pin_registers(dq);
       VARPACK_BACKWARD_STAMP(kDvDqLanded);
 
-      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
-      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
-      const int b = it % Cfg::kDqBuffers;
-      named_barrier_sync(kDqEmpty + b, kDqHandoff);
-      VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
+      // Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g + 8r of the tile, columns
+      // dq_col0 + 8n + 2qd + {0, 1}.
+      if constexpr (Cfg::kDqByRed) {
+        // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite
+        // it (the last tile's arrival would be left pending, so none).
+        if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
+        const int64_t m0 = tile_start(dq_cursor);
+        const int h = hk * group + dq_cursor.head;
+        dq_cursor.step(m_tiles);
+        // Each warp instruction adds 8 rows x 32 contiguous bytes: whole sectors.
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t row = sDq + b * Cfg::kDqBytes +
-                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                             (dq_col0 + 2 * qd) * 4;
+        for (int r = 0; r < 2; ++r) {
+          const int row = dq_row0 + (warp % 4) * 16 + g + 8 * r;
+          if (row < seq.q_len - m0) {
+            float* dst = dq_accum + ((seq.q_begin + m0 + row) * p.heads + h) * kDataD + dq_col0 +
+                         2 * qd;
 #pragma unroll
-        for (int n = 0; n < kDqCols / 8; ++n)
-          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            for (int n = 0; n < kDqCols / 8; ++n)
+              if (kDataD == D || dq_col0 + 8 * n < kDataD)
+                red_add_f32x2(dst + 8 * n, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+          }
+        }
+      } else {
+        // Hand dQ to the reducing warps.
+        const int b = it % Cfg::kDqBuffers;
+        named_barrier_sync(kDqEmpty + b, kDqHandoff);
+        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t row = sDq + b * Cfg::kDqBytes +
+                               (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                               (dq_col0 + 2 * qd) * 4;
+#pragma unroll
+          for (int n = 0; n < kDqCols / 8; ++n)
+            st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+        }
+        fence_proxy_async();  // before the bulk reductions read them
+        named_barrier_arrive(kDqFull + b, kDqHandoff);
       }
-      fence_proxy_async();  // before the bulk reductions read them
-      named_barrier_arrive(kDqFull + b, kDqHandoff);
     } else if constexpr (kSplitScores) {
       // P^T and dS^T from this tile's buffer, K-major (rows = keys, k-step kk = 16 queries).
       const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
