@@ -232,6 +232,7 @@ int main(int argc, char** argv) {
       {"wgmma bwd dQ by red, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd softcap dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128, true},
       {"wgmma bwd d96 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 96},
+      {"wgmma bwd d64 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 claimed dQ rows", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d256 all-thread prologue", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<256, 64, 2, 256, true, false, true, true>>(p, ws, nullptr); }, false, 256},
