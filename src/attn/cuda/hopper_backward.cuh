@@ -92,10 +92,14 @@ namespace varpack::cuda {
 // stores and the bulk reductions' reads), for 16 reductions a thread a tile. Needs the cleared
 // accumulator (not ClaimDqRows); the two warpgroups then order dS^T's reuse with barriers of
 // their own (kDsFree).
+// DqOwnKeys (with DqByRed, 64-query tiles; an experiment): each compute warpgroup adds dQ = dS K
+// over its own 64 keys only, for all of the columns (two 64-column products one after the
+// other, 32 accumulator registers as before), so that the warpgroups share no barrier in the
+// tile loop and drift apart, one's arithmetic under the other's products; twice the reductions.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool DqByRed = false>
+          bool DqByRed = false, bool DqOwnKeys = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -114,6 +118,9 @@ struct HopperBackwardTile {
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kDqByRed = DqByRed;
+  static constexpr bool kDqOwnKeys = DqOwnKeys;
+  static_assert(!DqOwnKeys || (DqByRed && QueryStep == 64 && D == 128),
+                "own keys' dQ: two 64-column products of a 64-query tile, added from registers");
   static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && !PingPong),
                 "reductions from registers add to a cleared accumulator, one dQ block per warpgroup");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
@@ -313,6 +320,7 @@ enum HopperBackwardBarrier : int {
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
   kDsFree = 8,   // + compute warpgroup: the other's dQ product has read dS^T (DqByRed)
+  kDsOwn = 10,   // + compute warpgroup: its own dS^T rows are in shared memory (DqOwnKeys)
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -613,6 +621,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const Operand ds_rows(sDs + (dq_row0 / 64) * DsTile::kBlockBytes, DsTile::kBlockBytes);
   const Operand k_cols(sK + (dq_col0 / 64) * KvTile::kBlockBytes + (dq_col0 % 64) * 2,
                        KvTile::kBlockBytes);
+  // DqOwnKeys: dS^T's and K's rows of this warpgroup's 64 keys (K's first column block; the
+  // second is KvTile::kBlockBytes on).
+  [[maybe_unused]] const Operand ds_own(sDs + wg * 64 * 128, DsTile::kBlockBytes);
+  [[maybe_unused]] const Operand k_own(sK + wg * 64 * 128, KvTile::kBlockBytes);
 
   float dk[kOwnCols / 2], dv[kOwnCols / 2];
 #pragma unroll
@@ -807,7 +819,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       // DqByRed: dS^T's buffer is free once the other warpgroup's dQ product of the previous tile
       // has read it (its arrival in products); without it, the dQ hand-off's barrier orders that.
-      if constexpr (kAtomicDq && Cfg::kDqByRed) {
+      if constexpr (kAtomicDq && Cfg::kDqByRed && !Cfg::kDqOwnKeys) {
         if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
       }
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
@@ -876,20 +888,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDvIssued);
-      // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
-      // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
-      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+      // Every warp's dS^T rows are in shared memory (DqOwnKeys: this warpgroup's). (The previous
+      // tile's were free to overwrite: both warpgroups passed its dQ hand-off, kDqEmpty, after
+      // their dQ product completed; DqByRed: kDsFree; DqOwnKeys: this warpgroup's own wait.)
+      if constexpr (Cfg::kDqOwnKeys) named_barrier_sync(kDsOwn + wg, 128);
+      else named_barrier_sync(kDsReady, Cfg::kComputeThreads);
       VARPACK_BACKWARD_STAMP(kDsReadyPassed);
 
       // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
-      // MN-major, B = K read MN-major (rows = keys).
+      // MN-major, B = K read MN-major (rows = keys). DqOwnKeys: over this warpgroup's 64 keys,
+      // columns 0-63 here and 64-127 below.
       float dq[kDqCols / 2];
       pin_registers(dq);
       wgmma_fence();
+      if constexpr (Cfg::kDqOwnKeys) {
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        Wgmma<T, kDqCols>::template ss<1, 1>(
-            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
+        for (int kk = 0; kk < 4; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_own.at(kk * 2048), k_own.at(kk * 2048),
+                                               kk > 0);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(
+              dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
+      }
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
@@ -906,22 +928,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if constexpr (Cfg::kDqByRed) {
         // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite
         // it (the last tile's arrival would be left pending, so none).
-        if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
+        if constexpr (!Cfg::kDqOwnKeys)
+          if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
         const int64_t m0 = tile_start(dq_cursor);
         const int h = hk * group + dq_cursor.head;
         dq_cursor.step(m_tiles);
-        // Each warp instruction adds 8 rows x 32 contiguous bytes: whole sectors.
+        // dq's columns col0 .. col0 + kDqCols - 1 into the accumulator. Each warp instruction
+        // adds 8 rows x 32 contiguous bytes: whole sectors.
+        auto add_dq = [&](int col0) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = dq_row0 + (warp % 4) * 16 + g + 8 * r;
-          if (row < seq.q_len - m0) {
-            float* dst = dq_accum + ((seq.q_begin + m0 + row) * p.heads + h) * kDataD + dq_col0 +
-                         2 * qd;
+          for (int r = 0; r < 2; ++r) {
+            const int row = dq_row0 + (warp % 4) * 16 + g + 8 * r;
+            if (row < seq.q_len - m0) {
+              float* dst = dq_accum + ((seq.q_begin + m0 + row) * p.heads + h) * kDataD + col0 +
+                           2 * qd;
 #pragma unroll
-            for (int n = 0; n < kDqCols / 8; ++n)
-              if (kDataD == D || dq_col0 + 8 * n < kDataD)
-                red_add_f32x2(dst + 8 * n, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+              for (int n = 0; n < kDqCols / 8; ++n)
+                if (kDataD == D || col0 + 8 * n < kDataD)
+                  red_add_f32x2(dst + 8 * n, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            }
           }
+        };
+        add_dq(Cfg::kDqOwnKeys ? 0 : dq_col0);
+        if constexpr (Cfg::kDqOwnKeys) {
+          // Columns 64-127; dK's product is still running, so this waits for both.
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            Wgmma<T, kDqCols>::template ss<1, 1>(
+                dq, ds_own.at(kk * 2048), k_own.at(KvTile::kBlockBytes + kk * 2048), kk > 0);
+          wgmma_commit();
+          wgmma_wait<0>();
+          pin_registers(dq);
+          add_dq(64);
         }
       } else {
         // Hand dQ to the reducing warps.

@@ -227,11 +227,18 @@ int main(int argc, char** argv) {
       {"wgmma bwd d96 cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 96},
       // dQ added from the compute threads' registers by red.global.add.v2.f32 (HopperBackwardTile's
       // DqByRed: no staging, no reducing warps; the accumulator cleared as in the two above), and
-      // with the freed dQ buffers' shared memory as a third load stage. Built, not yet timed.
+      // with the freed dQ buffers' shared memory as a third load stage. Built, not yet timed (nor
+      // the own-keys variants below).
       {"wgmma bwd dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd dQ by red, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128},
       {"wgmma bwd softcap dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128, true},
       {"wgmma bwd d96 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 96},
+      // The same with each warpgroup adding dQ over its own 64 keys, for all columns
+      // (DqOwnKeys: no barrier between the warpgroups in the tile loop; twice the reductions).
+      {"wgmma bwd dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
+      {"wgmma bwd dQ by red, own keys, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
+      {"wgmma bwd softcap dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+      {"wgmma bwd d96 dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 96},
       {"wgmma bwd d64 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 claimed dQ rows", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
       {"wgmma bwd d64 tma prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
