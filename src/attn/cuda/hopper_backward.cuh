@@ -122,7 +122,7 @@ struct HopperBackwardTile {
   static_assert(!DqOwnKeys || (DqByRed && QueryStep == 64 && D == 128),
                 "own keys' dQ: two 64-column products of a 64-query tile, added from registers");
   static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && !PingPong),
-                "reductions from registers add to a cleared accumulator, one dQ block per warpgroup");
+                "register reductions: a cleared accumulator, one dQ block per warpgroup");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -623,8 +623,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                        KvTile::kBlockBytes);
   // DqOwnKeys: dS^T's and K's rows of this warpgroup's 64 keys (K's first column block; the
   // second is KvTile::kBlockBytes on).
-  [[maybe_unused]] const Operand ds_own(sDs + wg * 64 * 128, DsTile::kBlockBytes);
-  [[maybe_unused]] const Operand k_own(sK + wg * 64 * 128, KvTile::kBlockBytes);
+  [[maybe_unused]] const Operand ds_own(sDs + wg * Cfg::kWarpgroupKeys * 128, DsTile::kBlockBytes);
+  [[maybe_unused]] const Operand k_own(sK + wg * Cfg::kWarpgroupKeys * 128, KvTile::kBlockBytes);
 
   float dk[kOwnCols / 2], dv[kOwnCols / 2];
 #pragma unroll
@@ -846,10 +846,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // +1.5% and softcap +1.7 to +6.4%; d64 (128-query tiles) -0.5 to +0.6%, but its softcap
         // kernel then spills 192 / 196 bytes against 140 / 144, and with the column-bound mask it
         // measured 200.2 / 303.0 / 258.3 against 213.5 / 327.6 / 278.0 at 64 x 1k / 16 x 4k / mixed
-        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried with it, not kept (bfa3872 holds the code): dQ staged by 16-byte
-        // stores, the accumulator's columns paired in the threads' order (the tile conversion
-        // reading them so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over
-        // stmatrix alone, and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
+        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried
+        // with it, not kept (bfa3872 holds the code): dQ staged by 16-byte stores, the
+        // accumulator's columns paired in the threads' order (the tile conversion reading them
+        // so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over stmatrix alone,
+        // and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
