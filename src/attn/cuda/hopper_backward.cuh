@@ -47,8 +47,8 @@ namespace varpack::cuda {
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
 // columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
 // in shared memory.
-// PingPong (only without atomic dQ, whose dQ product joins the two compute warpgroups at every
-// tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
+// PingPong (without atomic dQ, whose dQ product joins the two compute warpgroups at every tile, or
+// with DqOwnKeys, where nothing joins them in the tile loop): the compute warpgroups take turns to issue their products (named barriers), so that one's
 // P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
 // forward; without it both issue at once, both wait, and the tensor cores idle while both compute
 // P^T and dS^T.
@@ -96,6 +96,8 @@ namespace varpack::cuda {
 // over its own 64 keys only, for all of the columns (two 64-column products one after the
 // other, 32 accumulator registers as before), so that the warpgroups share no barrier in the
 // tile loop and drift apart, one's arithmetic under the other's products; twice the reductions.
+// With PingPong they take turns to issue instead of drifting (an experiment: the turn passes once
+// dK's product is issued, the second dQ product issued outside it).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
@@ -121,8 +123,9 @@ struct HopperBackwardTile {
   static constexpr bool kDqOwnKeys = DqOwnKeys;
   static_assert(!DqOwnKeys || (DqByRed && QueryStep == 64 && D == 128),
                 "own keys' dQ: two 64-column products of a 64-query tile, added from registers");
-  static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && !PingPong),
-                "register reductions: a cleared accumulator, one dQ block per warpgroup");
+  static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && (!PingPong || DqOwnKeys)),
+                "register reductions: a cleared accumulator, one dQ block per warpgroup, turns "
+                "only where no barrier joins the warpgroups");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -636,7 +639,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Turns (kPingPong): warpgroup w issues a group of products when barrier kTurn + w lets it, then
   // lets the other go. Warpgroup 1 lets warpgroup 0 go once before anything, and warpgroup 0
   // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending.
-  constexpr bool kPingPong = Cfg::kPingPong && !kAtomicDq;
+  constexpr bool kPingPong = Cfg::kPingPong && (!kAtomicDq || Cfg::kDqOwnKeys);
   constexpr int kTurnThreads = 256;  // the warpgroup that waits + the one that lets it go
   if constexpr (kPingPong) {
     if (wg == 1) named_barrier_arrive(kTurn, kTurnThreads);
@@ -919,6 +922,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Wgmma<T, kOwnCols>::template rs<1>(
             dk, dsf[kk], q_cols.at(kk * 2048), 1);
       wgmma_commit();
+      end_turn();  // (turns only with DqOwnKeys here)
       VARPACK_BACKWARD_STAMP(kDqDkIssued);
       wgmma_wait<1>();  // dV's and dQ's products
       pin_registers(dq);
@@ -1001,7 +1005,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       wgmma_commit();
     }
-    end_turn();
+    if constexpr (!kAtomicDq) end_turn();  // (atomic dQ: after dK's product is issued, above)
     VARPACK_BACKWARD_STAMP(kProductsDone);
   };
   auto finish = [&](int it) {
