@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ tests (release build, then an address+undefined sanitizer build), the
-# CUDA compile check for sm_80 and sm_90 when nvcc is present (the kernels cannot run here), and
-# the Python tests. Run scripts/setup.sh first.
+# CUDA compile check for sm_80 and sm_90 (the kernels and the tuning experiments) when nvcc is
+# present (the kernels cannot run here), and the Python tests. Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -20,8 +20,10 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 if command -v nvcc >/dev/null 2>&1; then
   echo "== CUDA kernels: compile for sm_80 and sm_90a (build-cuda/; they run only on the GPU machine)"
+  # With the tuning experiments (tile_shapes, the timelines), so that a change that breaks their
+  # build is caught here and not in a call on the GPU machine, whose time is scarcer.
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DVARPACK_CUDA=ON \
-        -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON \
+        -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON -DVARPACK_CUDA_EXPERIMENTS=ON \
         -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
   cmake --build build-cuda
 else
