@@ -48,10 +48,10 @@ namespace varpack::cuda {
 // columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
 // in shared memory.
 // PingPong (without atomic dQ, whose dQ product joins the two compute warpgroups at every tile, or
-// with DqOwnKeys, where nothing joins them in the tile loop): the compute warpgroups take turns to issue their products (named barriers), so that one's
-// P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
-// forward; without it both issue at once, both wait, and the tensor cores idle while both compute
-// P^T and dS^T.
+// with DqOwnKeys, where nothing joins them in the tile loop): the compute warpgroups take turns to
+// issue their products (named barriers), so that one's P^T / dS^T arithmetic runs while the
+// other's products are on the tensor cores, as in the forward; without it both issue at once, both
+// wait, and the tensor cores idle while both compute P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
 // TmaPrologue: K and V by the TMA unit (a partial last key tile by the producer's cp.async, which
@@ -931,6 +931,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g + 8r of the tile, columns
       // dq_col0 + 8n + 2qd + {0, 1}.
       if constexpr (Cfg::kDqByRed) {
+        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);  // no buffer to wait for: the timeline's 0
         // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite
         // it (the last tile's arrival would be left pending, so none).
         if constexpr (!Cfg::kDqOwnKeys)

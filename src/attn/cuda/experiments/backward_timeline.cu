@@ -1,12 +1,14 @@
 // Experiment (built with -DVARPACK_BACKWARD_TIMELINE; `scripts/gpu_run.sh timeline` runs it):
 // where the Hopper atomic backward's roles spend their clocks, per key block and per query tile of
 // its loop, from the clock64() sums that hopper_backward.cuh's VARPACK_BACKWARD_STAMP adds up per
-// multiprocessor (BackwardEvent). The library's d128 atomic backward (bf16, causal, 16 heads), 10
-// calls a point after 3 warm-up calls; the stamps cost time of their own, so the call's ms is
-// printed beside them (compare tile_shapes' "wgmma bwd (lib)" for the uninstrumented kernel). At
-// the dense peak a loop tile's ten 64 x 64 x 128 products (five a compute warpgroup) take about
-// 2,560 clocks of the SM.
-// Run: ./backward_timeline [points, default 64x1k,16x4k,4x16k,mixed]
+// multiprocessor (BackwardEvent). The library's d128 atomic backward (bf16, causal, 16 heads) and
+// tile_shapes' dQ-by-red experiments on the same shape, 10 calls a point after 3 warm-up calls;
+// the stamps cost time of their own, so the call's ms is printed beside them (compare tile_shapes'
+// "wgmma bwd (lib)" and the variants of the same names for the uninstrumented kernels). At the
+// dense peak a loop tile's ten 64 x 64 x 128 products (five a compute warpgroup) take about
+// 2,560 clocks of the SM (own keys: twelve, 3,072).
+// Run: ./backward_timeline [points, default 64x1k,16x4k,4x16k,mixed [configs, default
+// lib,red,own,pp]]
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -25,9 +27,35 @@ namespace {
 using namespace varpack;
 using namespace varpack::cuda;
 
-// The library's d128 atomic config as a type of this file's own, so that the instrumented kernel
-// is instantiated here only (the library's archive holds the uninstrumented one).
-struct TimelineConfig : HopperAtomicBackwardConfig<128> {};
+// The configs as types of this file's own, so that the instrumented kernels are instantiated here
+// only (the library's archive holds the uninstrumented one of the library's config).
+struct LibraryConfig : HopperAtomicBackwardConfig<128> {};
+// tile_shapes' "wgmma bwd dQ by red", "..., own keys" and "..., own keys, pp" (HopperBackwardTile's
+// DqByRed, DqOwnKeys, PingPong). Their dQ goes out from the compute threads: the per-tile "dQ
+// store + hand-off" is their reductions, and there is no buffer wait or reducing warp. With pp
+// the turns' waits fall in "issue S, dP" and "issue dV".
+struct DqByRedConfig
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true> {};
+struct OwnKeysConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false,
+                                          true, true, true> {};
+struct OwnKeysTurnsConfig : HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true,
+                                               false, true, true, true> {};
+
+struct TimedConfig {
+  const char* name;
+  void (*launch)(const AttentionBackwardParams&, void*, cudaStream_t);
+};
+const TimedConfig kConfigs[] = {
+    {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
+    {"red", launch_hopper_backward_atomic_with<__nv_bfloat16, DqByRedConfig>},
+    {"own", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysConfig>},
+    {"pp", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysTurnsConfig>},
+};
+
+// Whether the comma-separated list names `name` as one of its items.
+bool listed(const std::string& list, const std::string& name) {
+  return ("," + list + ",").find("," + name + ",") != std::string::npos;
+}
 
 }  // namespace
 
@@ -45,55 +73,58 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   constexpr int kCalls = 10;
+  const std::string configs = argc > 2 ? argv[2] : "lib,red,own,pp";
   for (const TimelinePoint& pt : timeline_points(argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
     double flops = 0;
     const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
     launch_forward<__nv_bfloat16, 128>(p, nullptr);  // out and lse for the backward
-    const auto t = run_timeline(
-        g_backward_timeline,
-        [&] { launch_hopper_backward_atomic_with<__nv_bfloat16, TimelineConfig>(p, ws, nullptr); },
-        kCalls);
-    const double blocks = static_cast<double>(t.sum[kComputeBlocks]);  // warpgroup blocks
-    const double tiles = static_cast<double>(t.sum[kScoreTiles]);      // warpgroup tiles
-    const double reduced = static_cast<double>(t.sum[kReduceTiles]);
-    const double refills = static_cast<double>(t.sum[kRefills]);
-    std::printf("== %s: %.3f ms a call with the kernel's Delta and dQ passes (instrumented), "
-                "%.0f TFLOP/s; %.0f key blocks a call, %.2f query tiles a block\n",
-                pt.name.c_str(), t.ms / kCalls, flops * kCalls / (t.ms * 1e-3) / 1e12,
-                blocks / 2 / kCalls, tiles / blocks);
-    if (blocks <= 0 || tiles <= 0) continue;
-    std::printf("per block, clocks (a compute warpgroup): K/V wait %.0f | loop %.0f (%.0f a tile) "
-                "| dK/dV out %.0f\n",
-                t.span(kComputeStart, kKvLanded) / blocks, t.span(kKvLanded, kLoopDone) / blocks,
-                t.span(kKvLanded, kLoopDone) / tiles, t.span(kLoopDone, kComputeEnd) / blocks);
-    std::printf("per tile, scores: stage wait %.0f | issue S, dP %.0f | previous dK wait %.0f | "
-                "S wait %.0f | exp + mask %.0f | dP wait %.0f | dS + pack %.0f\n",
-                t.span(kScoresStart, kStageLanded) / tiles,
-                t.span(kStageLanded, kScoresIssued) / tiles,
-                t.span(kScoresIssued, kPreviousDkDone) / tiles,
-                t.span(kPreviousDkDone, kSLanded) / tiles, t.span(kSLanded, kPDone) / tiles,
-                t.span(kPDone, kDpLanded) / tiles, t.span(kDpLanded, kScoresDone) / tiles);
-    std::printf("per tile, products: issue dV %.0f | dS-ready wait %.0f | issue dQ, dK %.0f | "
-                "dV, dQ wait %.0f | dQ-buffer wait %.0f | dQ store + hand-off %.0f; between "
-                "products and the next scores %.0f\n",
-                t.span(kProductsStart, kDvIssued) / tiles,
-                t.span(kDvIssued, kDsReadyPassed) / tiles,
-                t.span(kDsReadyPassed, kDqDkIssued) / tiles,
-                t.span(kDqDkIssued, kDvDqLanded) / tiles,
-                t.span(kDvDqLanded, kDqEmptyPassed) / tiles,
-                t.span(kDqEmptyPassed, kProductsDone) / tiles,
-                (t.span(kKvLanded, kLoopDone) - t.span(kScoresStart, kScoresDone) -
-                 t.span(kProductsStart, kProductsDone)) /
-                    tiles);
-    if (reduced > 0)
-      std::printf("per tile, the first reducing warp: dQ wait %.0f | issue %.0f | read wait %.0f "
-                  "(%.0f tiles a call)\n",
-                  t.span(kReduceStart, kReduceFull) / reduced,
-                  t.span(kReduceFull, kReduceIssued) / reduced,
-                  t.span(kReduceIssued, kReduceRead) / reduced, reduced / kCalls);
-    if (refills > 0)
-      std::printf("per refill, the producer: stage-empty wait %.0f (%.0f refills a call)\n",
-                  t.span(kRefillStart, kStageEmptied) / refills, refills / kCalls);
+    for (const TimedConfig& config : kConfigs) {
+      if (!listed(configs, config.name)) continue;
+      const auto t = run_timeline(
+          g_backward_timeline, [&] { config.launch(p, ws, nullptr); }, kCalls);
+      const double blocks = static_cast<double>(t.sum[kComputeBlocks]);  // warpgroup blocks
+      const double tiles = static_cast<double>(t.sum[kScoreTiles]);      // warpgroup tiles
+      const double reduced = static_cast<double>(t.sum[kReduceTiles]);
+      const double refills = static_cast<double>(t.sum[kRefills]);
+      std::printf("== %s, %s: %.3f ms a call with the kernel's Delta and dQ passes "
+                  "(instrumented), %.0f TFLOP/s; %.0f key blocks a call, %.2f query tiles a "
+                  "block\n",
+                  pt.name.c_str(), config.name, t.ms / kCalls,
+                  flops * kCalls / (t.ms * 1e-3) / 1e12, blocks / 2 / kCalls, tiles / blocks);
+      if (blocks <= 0 || tiles <= 0) continue;
+      std::printf("per block, clocks (a compute warpgroup): K/V wait %.0f | loop %.0f (%.0f a "
+                  "tile) | dK/dV out %.0f\n",
+                  t.span(kComputeStart, kKvLanded) / blocks, t.span(kKvLanded, kLoopDone) / blocks,
+                  t.span(kKvLanded, kLoopDone) / tiles, t.span(kLoopDone, kComputeEnd) / blocks);
+      std::printf("per tile, scores: stage wait %.0f | issue S, dP %.0f | previous dK wait %.0f | "
+                  "S wait %.0f | exp + mask %.0f | dP wait %.0f | dS + pack %.0f\n",
+                  t.span(kScoresStart, kStageLanded) / tiles,
+                  t.span(kStageLanded, kScoresIssued) / tiles,
+                  t.span(kScoresIssued, kPreviousDkDone) / tiles,
+                  t.span(kPreviousDkDone, kSLanded) / tiles, t.span(kSLanded, kPDone) / tiles,
+                  t.span(kPDone, kDpLanded) / tiles, t.span(kDpLanded, kScoresDone) / tiles);
+      std::printf("per tile, products: issue dV %.0f | dS-ready wait %.0f | issue dQ, dK %.0f | "
+                  "dV, dQ wait %.0f | dQ-buffer wait %.0f | dQ store + hand-off %.0f; between "
+                  "products and the next scores %.0f\n",
+                  t.span(kProductsStart, kDvIssued) / tiles,
+                  t.span(kDvIssued, kDsReadyPassed) / tiles,
+                  t.span(kDsReadyPassed, kDqDkIssued) / tiles,
+                  t.span(kDqDkIssued, kDvDqLanded) / tiles,
+                  t.span(kDvDqLanded, kDqEmptyPassed) / tiles,
+                  t.span(kDqEmptyPassed, kProductsDone) / tiles,
+                  (t.span(kKvLanded, kLoopDone) - t.span(kScoresStart, kScoresDone) -
+                   t.span(kProductsStart, kProductsDone)) /
+                      tiles);
+      if (reduced > 0)
+        std::printf("per tile, the first reducing warp: dQ wait %.0f | issue %.0f | read wait %.0f "
+                    "(%.0f tiles a call)\n",
+                    t.span(kReduceStart, kReduceFull) / reduced,
+                    t.span(kReduceFull, kReduceIssued) / reduced,
+                    t.span(kReduceIssued, kReduceRead) / reduced, reduced / kCalls);
+      if (refills > 0)
+        std::printf("per refill, the producer: stage-empty wait %.0f (%.0f refills a call)\n",
+                    t.span(kRefillStart, kStageEmptied) / refills, refills / kCalls);
+    }
   }
   CHECK_CUDA(cudaFree(ws));
   return 0;
