@@ -323,7 +323,7 @@ enum HopperBackwardBarrier : int {
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
   kDsFree = 8,   // + compute warpgroup: the other's dQ product has read dS^T (DqByRed)
-  kDsOwn = 10,   // + compute warpgroup: its own dS^T rows are in shared memory (DqOwnKeys)
+  kDsOwn = 10,   // + compute warpgroup: its own dS^T rows stored, or free again (DqOwnKeys)
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -821,9 +821,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       named_barrier_sync(kDsReady, Cfg::kComputeThreads);
     } else {
       // DqByRed: dS^T's buffer is free once the other warpgroup's dQ product of the previous tile
-      // has read it (its arrival in products); without it, the dQ hand-off's barrier orders that.
-      if constexpr (kAtomicDq && Cfg::kDqByRed && !Cfg::kDqOwnKeys) {
-        if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
+      // has read it (its arrival in products) and this one's own (its threads reach this sync
+      // only past their wait for it); without it, the dQ hand-off's barrier orders that.
+      // DqOwnKeys: only this warpgroup's products read its rows, but every one of its warps reads
+      // all of them (a warp's share of the product is 16 query rows over all 64 keys), so a warp
+      // past its own wait must still wait for the other three before it overwrites its rows.
+      if constexpr (kAtomicDq && Cfg::kDqByRed) {
+        if (it > 0) {
+          if constexpr (Cfg::kDqOwnKeys) named_barrier_sync(kDsOwn + wg, 128);
+          else named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
+        }
       }
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
@@ -894,7 +901,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       VARPACK_BACKWARD_STAMP(kDvIssued);
       // Every warp's dS^T rows are in shared memory (DqOwnKeys: this warpgroup's). (The previous
       // tile's were free to overwrite: both warpgroups passed its dQ hand-off, kDqEmpty, after
-      // their dQ product completed; DqByRed: kDsFree; DqOwnKeys: this warpgroup's own wait.)
+      // their dQ product completed; DqByRed: kDsFree; DqOwnKeys: kDsOwn in scores.)
       if constexpr (Cfg::kDqOwnKeys) named_barrier_sync(kDsOwn + wg, 128);
       else named_barrier_sync(kDsReady, Cfg::kComputeThreads);
       VARPACK_BACKWARD_STAMP(kDsReadyPassed);
