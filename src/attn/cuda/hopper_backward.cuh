@@ -98,10 +98,14 @@ namespace varpack::cuda {
 // tile loop and drift apart, one's arithmetic under the other's products; twice the reductions.
 // With PingPong they take turns to issue instead of drifting (an experiment: the turn passes once
 // dK's product is issued, the second dQ product issued outside it).
+// SoftcapEarlyP (an experiment, tile_shapes): with softcap, P^T's exponentials and slopes while
+// dP^T's product is still on the tensor cores, as without softcap, instead of after both products
+// land (dS^T needs each score's slope: P^T goes into its register operands at once and the scores'
+// registers keep P^T * slope until dP^T lands); 16 more registers live across that wait.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool DqByRed = false, bool DqOwnKeys = false>
+          bool DqByRed = false, bool DqOwnKeys = false, bool SoftcapEarlyP = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -121,6 +125,8 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kDqByRed = DqByRed;
   static constexpr bool kDqOwnKeys = DqOwnKeys;
+  static constexpr bool kSoftcapEarlyP = SoftcapEarlyP;
+  static_assert(!SoftcapEarlyP || !SplitScores, "P^T packed into the register operands at once");
   static_assert(!DqOwnKeys || (DqByRed && QueryStep == 64 && D == 128),
                 "own keys' dQ: two 64-column products of a 64-query tile, added from registers");
   static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && (!PingPong || DqOwnKeys)),
@@ -712,8 +718,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
     VARPACK_BACKWARD_STAMP(kPreviousDkDone);
-    // With softcap, dS^T needs each score's slope next to P^T: wait for both products.
-    if constexpr (kSoftcap) wgmma_wait<0>();
+    // With softcap, dS^T needs each score's slope next to P^T: wait for both products (but with
+    // SoftcapEarlyP).
+    constexpr bool kEarlyP = !kSoftcap || Cfg::kSoftcapEarlyP;
+    if constexpr (!kEarlyP) wgmma_wait<0>();
     else wgmma_wait<1>();
     pin_registers(st);
     VARPACK_BACKWARD_STAMP(kSLanded);
@@ -766,6 +774,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // exponentials in a branch of its own, and there the bounds gained nothing (d128 -1.0 to
       // +0.5%, d64 -0.3 to -1.1%): the per-score tests stay there.
       ColumnLimits limits[2];
+      [[maybe_unused]] float first_pr = 0.f;  // SoftcapEarlyP: a pair's first P^T
       if (!full) {
 #pragma unroll
         for (int r = 0; r < 2; ++r)
@@ -784,12 +793,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int k = i * 8 + (c & 1);
             if (k < limits[c / 2].lo || k >= limits[c / 2].hi) pr = 0.f;
           }
-          st[4 * i + c] = pr;
-          dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
+          if constexpr (Cfg::kSoftcapEarlyP) {
+            // P^T into its register operand by pairs (c - 1, c), as the packing below does
+            // without it; the scores' registers keep P^T * slope, dS^T's factor, until dP^T lands.
+            if (c & 1) pf[i / 2][(i & 1) * 2 + c / 2] = Mma<T>::pack(first_pr, pr);
+            else first_pr = pr;
+            st[4 * i + c] = pr * slope;
+          } else {
+            st[4 * i + c] = pr;
+            dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
+          }
         }
     }
     VARPACK_BACKWARD_STAMP(kPDone);
-    if constexpr (!kSoftcap) {
+    if constexpr (kEarlyP) {
       wgmma_wait<0>();
       pin_registers(dpt);
       VARPACK_BACKWARD_STAMP(kDpLanded);
@@ -838,7 +855,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
+          if constexpr (!(kSoftcap && Cfg::kSoftcapEarlyP))  // (there packed with the exponentials)
+            pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
           dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
           if constexpr (kAtomicDq && !Cfg::kStmatrixDs)
             st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,

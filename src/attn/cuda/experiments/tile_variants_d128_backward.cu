@@ -43,6 +43,9 @@ std::vector<Variant> d128_backward_variants() {
     {"wgmma bwd dQ by red, own keys, pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd dQ by red, own keys, pp, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+    // With softcap, P^T's exponentials while dP^T's product runs (SoftcapEarlyP; the library's
+    // waits for both products first).
+    {"wgmma bwd softcap, P before dP", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
   };
 }
 
