@@ -22,7 +22,8 @@
 #   sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
 #   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
-#   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts;
+#   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts; TUNE_SKIP
+#   likewise leaves some out (a variant that hangs is left out of a second try by itself);
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: each round's time limit, default 330 s;
 #   TUNE_ROUNDS=3: that many rounds one after another (default 1; 2 with BASELINE), each logged
 #   apart;
@@ -146,17 +147,29 @@ if [[ $want == *" timeline "* ]]; then
       step bench.log ${direction}_timeline 180 $bin/${direction}_timeline ${TIMELINE_POINTS:-}
   done
 fi
+# tune_round BINARY NAME: one round of tile_shapes. Where a variant hangs (tile_shapes names it on
+# a "HANG: <name> at <point>" line and exits with status 3), the round again without it
+# (TUNE_SKIP), at most twice, so that one stuck experiment does not cost the call.
+tune_round() {
+  local binary=$1 name=$2 skip=${TUNE_SKIP:-} hung attempt
+  for attempt in 1 2 3; do
+    TUNE_SKIP=$skip step bench.log "$name" "${TUNE_S:-330}" "$binary" 10 ${TUNE_DIMS:-}
+    [ $? -eq 3 ] || return 0
+    hung=$(sed -n 's/^HANG: \(.*\) at [^ ]* (not finished.*/\1/p' "$out/bench.log" | tail -1)
+    [ -n "$hung" ] || return 0
+    skip=${skip:+$skip|}$hung
+  done
+}
 if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
   if [ -n "${BASELINE:-}" ]; then
     wait "$baseline_pid"
     for round in $(seq 1 "${TUNE_ROUNDS:-2}"); do
-      step bench.log "tile_shapes_baseline_$round" "${TUNE_S:-330}" build-baseline/tile_shapes 10 \
-        ${TUNE_DIMS:-}
-      step bench.log "tile_shapes_$round" "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
+      tune_round build-baseline/tile_shapes "tile_shapes_baseline_$round"
+      tune_round $bin/tile_shapes "tile_shapes_$round"
     done
   else
     for round in $(seq 1 "${TUNE_ROUNDS:-1}"); do
-      step bench.log "tile_shapes_$round" "${TUNE_S:-330}" $bin/tile_shapes 10 ${TUNE_DIMS:-}
+      tune_round $bin/tile_shapes "tile_shapes_$round"
     done
   fi
 fi

@@ -6,10 +6,15 @@
 // kind at its head dim (max |difference|), so that a shape change in HopperForwardConfig /
 // HopperBackwardConfig rests on a measurement.
 // Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
-// it, or any of its '|'-separated parts (e.g. "bwd", "(lib|lazy"); TUNE_POINTS=16x4k,4x16k keeps
+// it, or any of its '|'-separated parts (e.g. "bwd", "(lib|lazy"); TUNE_SKIP=text drops those
+// whose name holds one of its parts (after TUNE_ONLY); TUNE_POINTS=16x4k,4x16k keeps
 // those points (so that a call's time goes to the variants and points that decide something);
 // TUNE_SUSTAIN_S=2 also runs each variant back to back for 2 s a point and prints its time, energy
 // (NVML) and power per call there, the state the power cap sets in training (energy_meter.h).
+// Each variant first runs once at each point with a deadline: one that has not finished in 20 s
+// (a barrier protocol's bug: untested experiments run here first) is named on a line "HANG:
+// <name> at <point>" and the program exits with status 3 at once, so that the round's time limit
+// does not pass in silence (scripts/gpu_run.sh then runs the round again without it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn/cuda/backward_kernels.cuh"
@@ -84,6 +90,23 @@ Sustained sustained(const std::function<void()>& f, double seconds,
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
   return {ms / calls, (mj1 - mj0) / 1000.0 / calls};
+}
+
+// Whether the work queued so far finishes within `seconds` (polled every millisecond).
+bool finishes_within(double seconds) {
+  cudaEvent_t done;
+  CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(done));
+  const auto t0 = std::chrono::steady_clock::now();
+  cudaError_t state;
+  while ((state = cudaEventQuery(done)) == cudaErrorNotReady) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK_CUDA(state);
+  CHECK_CUDA(cudaEventDestroy(done));
+  return true;
 }
 
 }  // namespace
@@ -155,6 +178,10 @@ int main(int argc, char** argv) {
     variants.erase(std::remove_if(variants.begin(), variants.end(),
                                   [&](const Variant& v) { return !holds_one_of(v.name, only, '|'); }),
                    variants.end());
+  if (const char* skip = std::getenv("TUNE_SKIP")) {
+    auto skipped = [&](const Variant& v) { return holds_one_of(v.name, skip, '|'); };
+    variants.erase(std::remove_if(variants.begin(), variants.end(), skipped), variants.end());
+  }
   if (const char* only = std::getenv("TUNE_POINTS"))
     points.erase(std::remove_if(points.begin(), points.end(),
                                 [&](const Point& pt) { return !holds_one_of(pt.name, only, ','); }),
@@ -195,6 +222,15 @@ int main(int argc, char** argv) {
           calls.push_back([&, i] { variants[i].run(params_of(variants[i]), ws); });
           which.push_back(i);
         }
+      for (size_t j = 0; j < calls.size(); ++j) {
+        calls[j]();
+        if (!finishes_within(20.0)) {
+          std::printf("HANG: %s at %s (not finished after 20 s)\n", variants[which[j]].name.c_str(),
+                      pt.name.c_str());
+          std::fflush(stdout);
+          std::_Exit(3);  // the stuck kernel holds the device: no cleanup to wait for
+        }
+      }
       const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
       for (size_t j = 0; j < which.size(); ++j) best[which[j]] = medians[j];
