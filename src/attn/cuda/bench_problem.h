@@ -1,12 +1,13 @@
-// What the standalone timing programs (bench_attention_cuda, experiments/tile_shapes) share: a
-// median of CUDA-event timings, and one bf16 problem on the device (q, k, v, dout random normal,
-// never zeros, which run faster than real data on tensor cores) with causal params over any
-// lengths.
+// What the standalone timing programs (bench_attention_cuda, experiments/tile_shapes, the
+// timelines) share: a median of CUDA-event timings, a deadline for queued work (experiments'
+// barrier bugs hang), and one bf16 problem on the device (q, k, v, dout random normal, never
+// zeros, which run faster than real data on tensor cores) with causal params over any lengths.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "check_cuda.h"
@@ -62,6 +64,24 @@ inline std::vector<float> interleaved_median_ms(const std::vector<std::function<
 // Median time of `repeats` calls of f after 3 warm-up calls, in ms (device events).
 inline float median_ms(const std::function<void()>& f, int repeats) {
   return interleaved_median_ms({f}, repeats)[0];
+}
+
+// Whether the work queued so far finishes within `seconds` (an event polled every millisecond):
+// false leaves it running, for the caller to name what hung and exit.
+inline bool finishes_within(double seconds) {
+  cudaEvent_t done;
+  CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(done));
+  const auto t0 = std::chrono::steady_clock::now();
+  cudaError_t state;
+  while ((state = cudaEventQuery(done)) == cudaErrorNotReady) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK_CUDA(state);
+  CHECK_CUDA(cudaEventDestroy(done));
+  return true;
 }
 
 // Lengths of `rows` rows of `row` tokens drawn uniformly around the mean (seeded), then nudged one

@@ -26,7 +26,6 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "attn/cuda/backward_kernels.cuh"
@@ -90,23 +89,6 @@ Sustained sustained(const std::function<void()>& f, double seconds,
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
   return {ms / calls, (mj1 - mj0) / 1000.0 / calls};
-}
-
-// Whether the work queued so far finishes within `seconds` (polled every millisecond).
-bool finishes_within(double seconds) {
-  cudaEvent_t done;
-  CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventRecord(done));
-  const auto t0 = std::chrono::steady_clock::now();
-  cudaError_t state;
-  while ((state = cudaEventQuery(done)) == cudaErrorNotReady) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
-      return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  CHECK_CUDA(state);
-  CHECK_CUDA(cudaEventDestroy(done));
-  return true;
 }
 
 }  // namespace
@@ -224,7 +206,7 @@ int main(int argc, char** argv) {
         }
       for (size_t j = 0; j < calls.size(); ++j) {
         calls[j]();
-        if (!finishes_within(20.0)) {
+        if (!bench::finishes_within(20.0)) {
           std::printf("HANG: %s at %s (not finished after 20 s)\n", variants[which[j]].name.c_str(),
                       pt.name.c_str());
           std::fflush(stdout);
