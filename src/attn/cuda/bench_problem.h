@@ -16,6 +16,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -66,22 +67,27 @@ inline float median_ms(const std::function<void()>& f, int repeats) {
   return interleaved_median_ms({f}, repeats)[0];
 }
 
-// Whether the work queued so far finishes within `seconds` (an event polled every millisecond):
-// false leaves it running, for the caller to name what hung and exit.
-inline bool finishes_within(double seconds) {
+// Waits for the work queued so far (an event polled every millisecond) up to `seconds`; if it has
+// not finished by then (an experiment's barrier bug hangs), prints "HANG: <name> at <point> (not
+// finished after N s)", the line scripts/gpu_run.sh reads, and exits with status 3 at once: the
+// stuck kernel holds the device, so there is no cleanup to wait for.
+inline void finish_or_exit(double seconds, const std::string& name, const std::string& point) {
   cudaEvent_t done;
   CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   CHECK_CUDA(cudaEventRecord(done));
   const auto t0 = std::chrono::steady_clock::now();
   cudaError_t state;
   while ((state = cudaEventQuery(done)) == cudaErrorNotReady) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
-      return false;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+      std::printf("HANG: %s at %s (not finished after %.0f s)\n", name.c_str(), point.c_str(),
+                  seconds);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECK_CUDA(state);
   CHECK_CUDA(cudaEventDestroy(done));
-  return true;
 }
 
 // Lengths of `rows` rows of `row` tokens drawn uniformly around the mean (seeded), then nudged one

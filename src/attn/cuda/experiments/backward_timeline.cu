@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "attn/cuda/bench_problem.h"
@@ -84,11 +83,7 @@ int main(int argc, char** argv) {
     for (const TimedConfig& config : kConfigs) {
       if (!listed(configs, config.name)) continue;
       config.launch(p, ws, nullptr);  // once with a deadline: the experiments' barriers are new
-      if (!bench::finishes_within(20.0)) {
-        std::printf("HANG: %s at %s (not finished after 20 s)\n", config.name, pt.name.c_str());
-        std::fflush(stdout);
-        std::_Exit(3);  // the stuck kernel holds the device: no cleanup to wait for
-      }
+      bench::finish_or_exit(20.0, config.name, pt.name);
       const auto t = run_timeline(
           g_backward_timeline, [&] { config.launch(p, ws, nullptr); }, kCalls);
       const double blocks = static_cast<double>(t.sum[kComputeBlocks]);  // warpgroup blocks

@@ -206,12 +206,7 @@ int main(int argc, char** argv) {
         }
       for (size_t j = 0; j < calls.size(); ++j) {
         calls[j]();
-        if (!bench::finishes_within(20.0)) {
-          std::printf("HANG: %s at %s (not finished after 20 s)\n", variants[which[j]].name.c_str(),
-                      pt.name.c_str());
-          std::fflush(stdout);
-          std::_Exit(3);  // the stuck kernel holds the device: no cleanup to wait for
-        }
+        bench::finish_or_exit(20.0, variants[which[j]].name, pt.name);
       }
       const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
