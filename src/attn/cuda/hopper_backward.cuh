@@ -90,7 +90,7 @@ namespace varpack::cuda {
 // shared memory for the reducing warps' bulk reductions: no dQ buffers (their 69 KB free for
 // load stages), no hand-off barriers, and 64 KB a tile less shared-memory traffic (the staging's
 // stores and the bulk reductions' reads), for 16 reductions a thread a tile. Needs the cleared
-// accumulator (not ClaimDqRows); the two warpgroups then order dS^T's reuse with barriers of
+// accumulator or ZeroDqAhead's zeros (not ClaimDqRows, whose first block stores); the two warpgroups then order dS^T's reuse with barriers of
 // their own (kDsFree).
 // DqOwnKeys (with DqByRed, 64-query tiles; an experiment): each compute warpgroup adds dQ = dS K
 // over its own 64 keys only, for all of the columns (two 64-column products one after the
@@ -98,6 +98,12 @@ namespace varpack::cuda {
 // tile loop and drift apart, one's arithmetic under the other's products; twice the reductions.
 // With PingPong they take turns to issue instead of drifting (an experiment: the turn passes once
 // dK's product is issued, the second dQ product issued outside it).
+// ZeroDqAhead (with DqByRed; an experiment): the idle reducing warps claim each query tile's row
+// groups as the producer loads the tile, and the first block at a group stores zeros there
+// (hopper_dq_accumulator.cuh), so that no pass clears the accumulator (with DqByRed it does:
+// the Delta pass at 64k tokens took 273 us clearing against 145 us without, ncu 2026-12-03) and
+// the compute threads' reductions land on lines just written in L2; the conversion then goes by
+// query tiles, as with ClaimDqRows.
 // SoftcapEarlyP (an experiment, tile_shapes): with softcap, P^T's exponentials and slopes while
 // dP^T's product is still on the tensor cores, as without softcap, instead of after both products
 // land (dS^T needs each score's slope: P^T goes into its register operands at once and the scores'
@@ -105,7 +111,8 @@ namespace varpack::cuda {
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool DqByRed = false, bool DqOwnKeys = false, bool SoftcapEarlyP = false>
+          bool DqByRed = false, bool DqOwnKeys = false, bool SoftcapEarlyP = false,
+          bool ZeroDqAhead = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -126,6 +133,11 @@ struct HopperBackwardTile {
   static constexpr bool kDqByRed = DqByRed;
   static constexpr bool kDqOwnKeys = DqOwnKeys;
   static constexpr bool kSoftcapEarlyP = SoftcapEarlyP;
+  static constexpr bool kZeroDqAhead = ZeroDqAhead;
+  // The accumulator's state words (set to untouched by the Delta pass, the conversion by query
+  // tiles) instead of a cleared accumulator.
+  static constexpr bool kDqStates = ClaimDqRows || ZeroDqAhead;
+  static_assert(!ZeroDqAhead || DqByRed, "zeros ahead of the compute threads' own reductions");
   static_assert(!SoftcapEarlyP || !SplitScores, "P^T packed into the register operands at once");
   static_assert(!DqOwnKeys || (DqByRed && QueryStep == 64 && D == 128),
                 "own keys' dQ: two 64-column products of a 64-query tile, added from registers");
@@ -174,7 +186,12 @@ struct HopperBackwardTile {
       kDqOffset + (SplitColumns || DqByRed ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
   static constexpr int kBarriers = 2 * kStages + 1;  // per stage: full, empty; K and V full
-  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+  // ZeroDqAhead: the reducing warps' zeroed-tile counts, then a row of zeros (the bulk stores'
+  // source).
+  static constexpr int kZeroedOffset = kBarrierOffset + kBarriers * 8;
+  static constexpr int kZeroRowOffset = (kZeroedOffset + 4 * kDqReducerWarps + 15) / 16 * 16;
+  static constexpr int kSmemBytes =
+      1024 + (ZeroDqAhead ? kZeroRowOffset + DataD * 4 : kBarrierOffset + kBarriers * 8);
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
 
@@ -444,6 +461,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if (kTmaPrologue) mbarrier_init(kv_full, Cfg::kLoadThreads);
   }
+  const uint32_t sZeroed = sK + Cfg::kZeroedOffset;  // ZeroDqAhead: + 4 * reducing warp
+  const uint32_t sZeroRow = sK + Cfg::kZeroRowOffset;
+  if constexpr (Cfg::kZeroDqAhead) {
+    // (Before the fence below, which makes the zeros visible to the bulk copies.)
+    uint32_t* words = reinterpret_cast<uint32_t*>(smem_raw + (sZeroed - raw_addr));
+    if (threadIdx.x < Cfg::kReducerWarps) words[threadIdx.x] = 0;
+    if (threadIdx.x < kDataD / 4)
+      reinterpret_cast<uint4*>(smem_raw + (sZeroRow - raw_addr))[threadIdx.x] = uint4{};
+  }
   if (!kTmaPrologue && iters > 0) {
     load_kv(AllThreads{},
             std::integral_constant<int, (kBN * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>{});
@@ -507,6 +533,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
+    } else if (kAtomicDq && Cfg::kZeroDqAhead && warp >= 2 && warp < 2 + Cfg::kReducerWarps &&
+               iters > 0) {
+      // Zeros ahead of the compute threads' reductions (ZeroDqAhead): this warp's row group of
+      // each tile, as the producer loads the tile (the wait below: the stage's previous tile is
+      // done, the same wait as the producer's), so one load ring ahead of the tile's dQ. Waiting
+      // on the stage cannot miss a phase: the stage's next one needs this tile's dQ added, which
+      // waits for this warp.
+      // The walk as nested loops with running pointers (the cursor and the index arithmetic
+      // per tile did not fit these warps' 24 registers).
+      const int row_group = warp - 2;
+      const int lane = static_cast<int>(threadIdx.x) % 32;
+      const uint32_t zeroed = sZeroed + 4 * row_group;
+      const int64_t tile_step = static_cast<int64_t>(kBM) * p.heads;  // rows x heads
+      int it = 0;
+      for (int head = 0; head < group; ++head) {
+        const int h = hk * group + head;
+        const int64_t row0 = seq.q_begin + m_first;
+        uint32_t* state = dq_states + dq_state_index(row0, row_group, p.heads, h);
+        float* dst = dq_accum + ((row0 + row_group * 32 + lane) * p.heads + h) * kDataD;
+        // Rows of the sequence from the tile's first on (at most kBM of them matter).
+        int64_t left = seq.q_len - m_first;
+        for (int t = 0; t < m_tiles;
+             ++t, ++it, state += tile_step, dst += tile_step * kDataD, left -= kBM) {
+          if (it >= kStages) mbarrier_wait(stage_empty(it % kStages), (it / kStages + 1) & 1);
+          if (row_group * 32 < left && first_to_dq_rows(state, peek_dq_rows(state), lane)) {
+            // Lane's rows row_group * 32 + lane (+ 64 in a 128-row tile).
+            for (int r = row_group * 32 + lane, k = 0; r < left && r < kBM; r += 64, ++k)
+              bulk_store(dst + k * 64 * p.heads * kDataD, sZeroRow, kDataD * 4);
+            bulk_commit();
+            publish_dq_rows(state, lane);
+          }
+          count_zeroed_dq_tiles(zeroed, it + 1, lane);
+        }
+      }
     } else if (kAtomicDq && !Cfg::kDqByRed && warp >= 2 && warp < 2 + Cfg::kReducerWarps &&
                iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator),
@@ -956,7 +1016,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g + 8r of the tile, columns
       // dq_col0 + 8n + 2qd + {0, 1}.
       if constexpr (Cfg::kDqByRed) {
-        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);  // no buffer to wait for: the timeline's 0
         // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite
         // it (the last tile's arrival would be left pending, so none).
         if constexpr (!Cfg::kDqOwnKeys)
@@ -964,6 +1023,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t m0 = tile_start(dq_cursor);
         const int h = hk * group + dq_cursor.head;
         dq_cursor.step(m_tiles);
+        // No buffer to wait for (the timeline's 0), but with ZeroDqAhead this warp's dQ rows (16
+        // of one row group) must be zeros or stored by now.
+        if constexpr (Cfg::kZeroDqAhead) wait_zeroed_dq_tile(sZeroed + 4 * (warp % 4 / 2), it);
+        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
         // dq's columns col0 .. col0 + kDqCols - 1 into the accumulator. Each warp instruction
         // adds 8 rows x 32 contiguous bytes: whole sectors.
         auto add_dq = [&](int col0) {
@@ -1118,7 +1181,7 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With
-// Cfg::kClaimDqRows: Delta (and the accumulator's state words set to untouched), the kernel, then
+// Cfg::kDqStates (ClaimDqRows or ZeroDqAhead): Delta (and the accumulator's state words set to untouched), the kernel, then
 // dQ's conversion by query tiles (workspace: Delta, the accumulator, its state words:
 // dq_accum_workspace_bytes); without: Delta clearing the accumulator, the kernel, the conversion
 // by rows (run_atomic_backward). The conversion stays a pass of its own: done inside this kernel
@@ -1129,7 +1192,7 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
-  if constexpr (!Cfg::kClaimDqRows) {
+  if constexpr (!Cfg::kDqStates) {
     run_atomic_backward<T, Cfg::kDataD>(
         p, workspace, stream, [&](const float* delta, float* dq_accum, cudaStream_t s) {
           launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, nullptr, s);

@@ -10,7 +10,7 @@
 // Each config first runs once at a point with a 20 s deadline; one that hangs is named ("HANG:
 // <config> at <point>") and the program exits with status 3.
 // Run: ./backward_timeline [points, default 64x1k,16x4k,4x16k,mixed [configs, default
-// lib,red,own,pp]]
+// lib,red,own,pp,zeros]]
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,6 +42,10 @@ struct OwnKeysConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, f
                                           true, true, true> {};
 struct OwnKeysTurnsConfig : HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true,
                                                false, true, true, true> {};
+// "..., own keys, zeros ahead" (ZeroDqAhead): the per-tile "dQ buffer wait" is the compute warps'
+// wait for the reducing warps' zeros.
+struct OwnKeysZerosConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
+                                               false, true, true, true, false, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -52,6 +56,7 @@ const TimedConfig kConfigs[] = {
     {"red", launch_hopper_backward_atomic_with<__nv_bfloat16, DqByRedConfig>},
     {"own", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysConfig>},
     {"pp", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysTurnsConfig>},
+    {"zeros", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysZerosConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.
@@ -75,7 +80,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   constexpr int kCalls = 10;
-  const std::string configs = argc > 2 ? argv[2] : "lib,red,own,pp";
+  const std::string configs = argc > 2 ? argv[2] : "lib,red,own,pp,zeros";
   for (const TimelinePoint& pt : timeline_points(argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
     double flops = 0;
     const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);

@@ -43,6 +43,13 @@ std::vector<Variant> d128_backward_variants() {
     {"wgmma bwd dQ by red, own keys, pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd dQ by red, own keys, pp, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+    // dQ by red with the idle reducing warps zeroing each tile's rows ahead of the reductions
+    // (ZeroDqAhead: no clearing in the Delta pass; the conversion by query tiles). Built, not yet
+    // timed.
+    {"wgmma bwd dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd dQ by red, own keys, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd dQ by red, own keys, pp, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
     // With softcap, P^T's exponentials while dP^T's product runs (SoftcapEarlyP; the library's
     // waits for both products first).
     {"wgmma bwd softcap, P before dP", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},

@@ -29,8 +29,9 @@ std::vector<Variant> d64_variants() {
     {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
     {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
     // dQ by red (as at d128: tile_variants_d128_backward.cu; d64's library already clears the
-    // accumulator), and claimed dQ rows (HopperBackwardTile's ClaimDqRows).
+    // accumulator), with zeros ahead (ZeroDqAhead), and claimed dQ rows (ClaimDqRows).
     {"wgmma bwd d64 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
+    {"wgmma bwd d64 dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true, false, false, true>>(p, ws, nullptr); }, false, 64},
     {"wgmma bwd d64 claimed dQ rows", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
     // K, V and the first query tile issued by the producer (TmaPrologue; d64's library keeps
     // the prologue of all threads), and the deterministic mode's two passes.
