@@ -104,14 +104,17 @@ namespace varpack::cuda {
 // the Delta pass at 64k tokens took 273 us clearing against 145 us without, ncu 2026-12-03) and
 // the compute threads' reductions land on lines just written in L2; the conversion then goes by
 // query tiles, as with ClaimDqRows.
-// SoftcapEarlyP (an experiment, tile_shapes): with softcap, P^T's exponentials and slopes while
-// dP^T's product is still on the tensor cores, as without softcap, instead of after both products
-// land (dS^T needs each score's slope: P^T goes into its register operands at once and the scores'
-// registers keep P^T * slope until dP^T lands); 16 more registers live across that wait.
+// SoftcapEarlyP (an experiment, tile_shapes; 0 off): with softcap, P^T's exponentials and slopes
+// while dP^T's product is still on the tensor cores, as without softcap, instead of after both
+// products land (dS^T needs each score's slope: P^T goes into its register operands at once and
+// P^T * slope is kept until dP^T lands). 1: kept in the scores' fp32 registers, 16 more registers
+// live across that wait than the library's (ptxas: 156 / 208 bytes of spills at d128 against 44 /
+// 60); 2: kept as fp16 pairs, as many registers as the library's, for 16 conversions to and 32
+// from fp16 a tile (dS^T's factor rounded to 11 bits before dS^T is rounded to bf16's 8).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool DqByRed = false, bool DqOwnKeys = false, bool SoftcapEarlyP = false,
+          bool DqByRed = false, bool DqOwnKeys = false, int SoftcapEarlyP = 0,
           bool ZeroDqAhead = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
@@ -132,7 +135,7 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kDqByRed = DqByRed;
   static constexpr bool kDqOwnKeys = DqOwnKeys;
-  static constexpr bool kSoftcapEarlyP = SoftcapEarlyP;
+  static constexpr int kSoftcapEarlyP = SoftcapEarlyP;
   static constexpr bool kZeroDqAhead = ZeroDqAhead;
   // The accumulator's state words (set to untouched by the Delta pass, the conversion by query
   // tiles) instead of a cleared accumulator.
@@ -749,6 +752,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // K-major, in two groups, so that P^T = exp(S^T - lse) is computed while dP^T is still on the
     // tensor cores.
     float st[kScoreQueries / 2], dpt[kScoreQueries / 2];
+    // SoftcapEarlyP == 2: P^T * slope in fp16 pairs across dP^T's wait (half of st's registers).
+    [[maybe_unused]] uint32_t slope_p[kScoreQueries / 4];
     pin_registers(st);
     pin_registers(dpt);
     begin_turn();
@@ -780,7 +785,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     VARPACK_BACKWARD_STAMP(kPreviousDkDone);
     // With softcap, dS^T needs each score's slope next to P^T: wait for both products (but with
     // SoftcapEarlyP).
-    constexpr bool kEarlyP = !kSoftcap || Cfg::kSoftcapEarlyP;
+    constexpr bool kEarlyP = !kSoftcap || Cfg::kSoftcapEarlyP != 0;
     if constexpr (!kEarlyP) wgmma_wait<0>();
     else wgmma_wait<1>();
     pin_registers(st);
@@ -834,7 +839,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // exponentials in a branch of its own, and there the bounds gained nothing (d128 -1.0 to
       // +0.5%, d64 -0.3 to -1.1%): the per-score tests stay there.
       ColumnLimits limits[2];
-      [[maybe_unused]] float first_pr = 0.f;  // SoftcapEarlyP: a pair's first P^T
+      [[maybe_unused]] float first_pr = 0.f, first_ps = 0.f;  // SoftcapEarlyP: a pair's first
       if (!full) {
 #pragma unroll
         for (int r = 0; r < 2; ++r)
@@ -855,10 +860,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
           if constexpr (Cfg::kSoftcapEarlyP) {
             // P^T into its register operand by pairs (c - 1, c), as the packing below does
-            // without it; the scores' registers keep P^T * slope, dS^T's factor, until dP^T lands.
+            // without it; P^T * slope, dS^T's factor, kept until dP^T lands (in the scores'
+            // registers, or with SoftcapEarlyP == 2 in fp16 pairs).
             if (c & 1) pf[i / 2][(i & 1) * 2 + c / 2] = Mma<T>::pack(first_pr, pr);
             else first_pr = pr;
-            st[4 * i + c] = pr * slope;
+            if constexpr (Cfg::kSoftcapEarlyP == 2) {
+              if (c & 1) slope_p[2 * i + c / 2] = Mma<__half>::pack(first_ps, pr * slope);
+              else first_ps = pr * slope;
+            } else {
+              st[4 * i + c] = pr * slope;
+            }
           } else {
             st[4 * i + c] = pr;
             dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
@@ -873,8 +884,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
+        for (int c = 0; c < 4; ++c) {
+          float factor = 0.f;  // dS^T = factor * (dP^T - Delta): P^T, or with softcap P^T * slope
+          if constexpr (kSoftcap && Cfg::kSoftcapEarlyP == 2) {
+            const float2 pair = Mma<__half>::unpack(slope_p[2 * i + c / 2]);
+            factor = c & 1 ? pair.y : pair.x;
+          } else {
+            factor = st[4 * i + c];
+          }
+          dpt[4 * i + c] = factor * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
+        }
     } else {
       pin_registers(dpt);
       VARPACK_BACKWARD_STAMP(kDpLanded);

@@ -51,8 +51,9 @@ std::vector<Variant> d128_backward_variants() {
     {"wgmma bwd dQ by red, own keys, pp, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
     // With softcap, P^T's exponentials while dP^T's product runs (SoftcapEarlyP; the library's
-    // waits for both products first).
-    {"wgmma bwd softcap, P before dP", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
+    // waits for both products first), P^T * slope kept in fp32 registers or in fp16 pairs.
+    {"wgmma bwd softcap, P before dP", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 1>>(p, ws, nullptr); }, false, 128, true},
+    {"wgmma bwd softcap, P before dP, fp16", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 2>>(p, ws, nullptr); }, false, 128, true},
   };
 }
 
