@@ -6,8 +6,8 @@
 # $OUT (or ./gpu-out) in a few files (the run tool returns at most 8); a short table is printed last.
 # Needs only what the GPU image has (torch with CUDA, nvcc, cmake): neither build uses simdjson, so
 # nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
-# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [peers] [sanitize] [tune] [timeline]
-#   [profile]
+# Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [peers] [sanitize] [tune] [tunesan]
+#   [timeline] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
@@ -29,6 +29,10 @@
 #   apart;
 #   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
 #   call (at the power cap, where training runs);
+#   tunesan: compute-sanitizer memcheck and racecheck on tile_shapes' variants (TUNE_ONLY,
+#   TUNE_SKIP and TUNE_DIMS as for tune) at its "small" point (about 800 rows), each run once and
+#   checked, not timed: the experiments' barrier protocols, which the library's sanitizer steps
+#   never run (TUNESAN_S caps each of the two, default 150 s);
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
 #   sent with the run tool's carry), the two binaries run in turn, TUNE_ROUNDS times, to compare
 #   the library's variants across a change that the experiments cannot hold side by side);
@@ -89,7 +93,7 @@ cat "$out/machine.txt"
 
 # Standalone library, test, benchmark (and experiments) next to the torch extension.
 experiments=OFF
-[[ $want == *" tune "* || $want == *" timeline "* ]] && experiments=ON
+[[ $want == *" tune "* || $want == *" tunesan "* || $want == *" timeline "* ]] && experiments=ON
 torch=1
 [[ $want == *" notorch "* ]] && torch=0
 quick=0
@@ -172,6 +176,13 @@ if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
       tune_round $bin/tile_shapes "tile_shapes_$round"
     done
   fi
+fi
+if [[ $want == *" tunesan "* ]] && [ -x $bin/tile_shapes ]; then
+  for tool in memcheck racecheck; do
+    TUNE_POINTS=small TUNE_CHECK_ONLY=1 TUNE_DEADLINE_S=120 step tests.log "${tool}_tile_shapes" \
+      "${TUNESAN_S:-150}" \
+      compute-sanitizer --tool $tool --error-exitcode 9 $bin/tile_shapes 1 ${TUNE_DIMS:-}
+  done
 fi
 if [[ $want == *" profile "* ]] && [ -x $bin/bench_attention_cuda ]; then
   # The backward's two row passes too: at short sequences they are a large part of its time.

@@ -15,6 +15,8 @@
 // (a barrier protocol's bug: untested experiments run here first) is named on a line "HANG:
 // <name> at <point>" and the program exits with status 3 at once, so that the round's time limit
 // does not pass in silence (scripts/gpu_run.sh then runs the round again without it).
+// TUNE_CHECK_ONLY=1 runs each variant once and checks it, no timing, and TUNE_DEADLINE_S=120
+// gives that first run 120 s (both for compute-sanitizer: gpu_run.sh's tunesan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -133,7 +135,10 @@ int main(int argc, char** argv) {
                             {"pad25%", bench::padded_rows(16, 4096, 0.25, 7)},
                             {"pad50%", bench::padded_rows(16, 4096, 0.50, 7)},
                             {"pad75%", bench::padded_rows(16, 4096, 0.75, 7)},
-                            {"pad90%", bench::padded_rows(16, 4096, 0.90, 7)}};
+                            {"pad90%", bench::padded_rows(16, 4096, 0.90, 7)},
+                            // Few rows, for compute-sanitizer (scripts/gpu_run.sh tunesan): partial
+                            // tiles, a tile-sized sequence, one of a single row.
+                            {"small", {300, 17, 129, 64, 1, 200, 65}}};
   const int64_t rows = 65536;
   CHECK_CUDA(cudaMalloc(&work_counter, sizeof(int)));
   void* ws;
@@ -175,6 +180,9 @@ int main(int argc, char** argv) {
     else if (d == 256) launch_forward<T, 256>(p, nullptr);
     else launch_forward<T, 64>(p, nullptr);
   };
+  const bool check_only = std::getenv("TUNE_CHECK_ONLY") != nullptr;
+  const char* deadline_env = std::getenv("TUNE_DEADLINE_S");
+  const double deadline_s = deadline_env != nullptr ? std::atof(deadline_env) : 20.0;
   const char* sustain_env = std::getenv("TUNE_SUSTAIN_S");
   const double sustain_s = sustain_env != nullptr ? std::atof(sustain_env) : 0.0;
   const bench::EnergyMeter meter;
@@ -206,15 +214,17 @@ int main(int argc, char** argv) {
         }
       for (size_t j = 0; j < calls.size(); ++j) {
         calls[j]();
-        bench::finish_or_exit(20.0, variants[which[j]].name, pt.name);
+        bench::finish_or_exit(deadline_s, variants[which[j]].name, pt.name);
       }
-      const std::vector<float> medians = bench::interleaved_median_ms(calls, 2 * repeats);
+      const std::vector<float> medians =
+          check_only ? std::vector<float>(calls.size(), NAN)
+                     : bench::interleaved_median_ms(calls, 2 * repeats);
       std::vector<float> best(variants.size(), INFINITY);
       for (size_t j = 0; j < which.size(); ++j) best[which[j]] = medians[j];
       // Each variant's seconds back to back, the first one a place later at each point, so that
       // none always runs first (coolest) or right after the heaviest.
       std::vector<Sustained> held(variants.size());
-      if (sustain_s > 0)
+      if (sustain_s > 0 && !check_only)
         for (size_t j = 0; j < which.size(); ++j) {
           const size_t k = (j + point_number) % which.size();
           held[which[k]] = sustained(calls[k], sustain_s, meter);
