@@ -26,7 +26,8 @@
 #   likewise leaves some out (a variant that hangs is left out of a second try by itself);
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: each round's time limit, default 330 s;
 #   TUNE_ROUNDS=3: that many rounds one after another (default 1; 2 with BASELINE), each logged
-#   apart;
+#   apart, and summed up at the end as ratios to each head dim's first variant
+#   (scripts/tune_summary.py, also in tune_summary.txt);
 #   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
 #   call (at the power cap, where training runs);
 #   tunesan: compute-sanitizer memcheck and racecheck on tile_shapes' variants (TUNE_ONLY,
@@ -278,4 +279,9 @@ echo "==== logs in $out"
 [ -f "$out/tests.log" ] && grep -E "^(FAIL|FAILED|ERROR)" "$out/tests.log" | head -12
 [ -f "$out/bench.log" ] && grep -A11 -E "==== bench_(standalone|mma)" "$out/bench.log"
 [ -f "$out/bench_peers.md" ] && cat "$out/bench_peers.md"
+# The tile_shapes rounds as a ratio to each head dim's library variant, point by point.
+if [[ $want == *" tune "* ]] && [ -f "$out/bench.log" ]; then
+  python3 scripts/tune_summary.py "$out/bench.log" >"$out/tune_summary.txt" 2>&1
+  cat "$out/tune_summary.txt"
+fi
 printf '%s\n' "${summary[@]}"
