@@ -31,9 +31,9 @@
 #   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
 #   call (at the power cap, where training runs);
 #   tunesan: compute-sanitizer memcheck and racecheck on tile_shapes' variants (TUNE_ONLY,
-#   TUNE_SKIP and TUNE_DIMS as for tune) at its "small" point (about 800 rows), each run once and
-#   checked, not timed: the experiments' barrier protocols, which the library's sanitizer steps
-#   never run (TUNESAN_S caps each of the two, default 150 s);
+#   TUNE_SKIP and TUNE_DIMS as for tune) at its "small" points (about 800 rows, MHA and GQA),
+#   each run once and checked, not timed: the experiments' barrier protocols, which the
+#   library's sanitizer steps never run (TUNESAN_S caps each of the two, default 150 s);
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
 #   sent with the run tool's carry), the two binaries run in turn, TUNE_ROUNDS times, to compare
 #   the library's variants across a change that the experiments cannot hold side by side);

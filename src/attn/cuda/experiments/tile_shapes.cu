@@ -123,6 +123,9 @@ int main(int argc, char** argv) {
     std::string name;
     std::vector<int32_t> lens;
     int64_t window_left = -1;  // a sliding window of that many keys left of the diagonal
+    // Fewer kv heads than q heads (GQA: the first kv_heads of the problem's k and v; dK and dV
+    // are written there, the rest of their buffers left as they were), 0 for as many.
+    int kv_heads = 0;
   };
   std::vector<Point> points{{"64x1k", std::vector<int32_t>(64, 1024)},
                             {"16x4k", std::vector<int32_t>(16, 4096)},
@@ -137,8 +140,10 @@ int main(int argc, char** argv) {
                             {"pad75%", bench::padded_rows(16, 4096, 0.75, 7)},
                             {"pad90%", bench::padded_rows(16, 4096, 0.90, 7)},
                             // Few rows, for compute-sanitizer (scripts/gpu_run.sh tunesan): partial
-                            // tiles, a tile-sized sequence, one of a single row.
-                            {"small", {300, 17, 129, 64, 1, 200, 65}}};
+                            // tiles, a tile-sized sequence, one of a single row; and with 4 q
+                            // heads to a kv head.
+                            {"small", {300, 17, 129, 64, 1, 200, 65}},
+                            {"smallgqa", {300, 17, 129, 64, 1, 200, 65}, -1, 4}};
   const int64_t rows = 65536;
   CHECK_CUDA(cudaMalloc(&work_counter, sizeof(int)));
   void* ws;
@@ -195,7 +200,8 @@ int main(int argc, char** argv) {
     const bench::BenchProblem problem(heads, d, rows);
     for (const Point& pt : points) {
       double flops = 0;
-      const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops, pt.window_left);
+      AttentionBackwardParams p = problem.causal_params(pt.lens, &flops, pt.window_left);
+      if (pt.kv_heads > 0) p.kv_heads = pt.kv_heads;
       AttentionBackwardParams capped = p;
       capped.softcap = 30.f;
       auto params_of = [&](const Variant& v) -> const AttentionBackwardParams& {
