@@ -87,7 +87,8 @@ def summarize(lines, diff_bound=1e-2):
                     found = [e for e in (bl[b].get(point, []) if b < len(bl) else [])
                              if e[0] == name]
                     for _, tflops, ratio, diff in found:
-                        parts.append("%.1f %.3f%s" % (tflops, ratio, "!" if diff > diff_bound else ""))
+                        mark = "!" if diff > diff_bound else ""
+                        parts.append("%.1f %.3f%s" % (tflops, ratio, mark))
                 cells.append(" / ".join(parts) if parts else "-")
             text.append(name + " | " + " | ".join(cells))
         text.append("")

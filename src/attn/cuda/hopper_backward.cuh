@@ -90,8 +90,8 @@ namespace varpack::cuda {
 // shared memory for the reducing warps' bulk reductions: no dQ buffers (their 69 KB free for
 // load stages), no hand-off barriers, and 64 KB a tile less shared-memory traffic (the staging's
 // stores and the bulk reductions' reads), for 16 reductions a thread a tile. Needs the cleared
-// accumulator or ZeroDqAhead's zeros (not ClaimDqRows, whose first block stores); the two warpgroups then order dS^T's reuse with barriers of
-// their own (kDsFree).
+// accumulator or ZeroDqAhead's zeros (not ClaimDqRows, whose first block stores); the two
+// warpgroups then order dS^T's reuse with barriers of their own (kDsFree).
 // DqOwnKeys (with DqByRed, 64-query tiles; an experiment): each compute warpgroup adds dQ = dS K
 // over its own 64 keys only, for all of the columns (two 64-column products one after the
 // other, 32 accumulator registers as before), so that the warpgroups share no barrier in the
@@ -464,8 +464,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if (kTmaPrologue) mbarrier_init(kv_full, Cfg::kLoadThreads);
   }
-  const uint32_t sZeroed = sK + Cfg::kZeroedOffset;  // ZeroDqAhead: + 4 * reducing warp
-  const uint32_t sZeroRow = sK + Cfg::kZeroRowOffset;
+  [[maybe_unused]] const uint32_t sZeroed = sK + Cfg::kZeroedOffset;  // ZeroDqAhead: + 4 * warp
+  [[maybe_unused]] const uint32_t sZeroRow = sK + Cfg::kZeroRowOffset;
   if constexpr (Cfg::kZeroDqAhead) {
     // (Before the fence below, which makes the zeros visible to the bulk copies.)
     uint32_t* words = reinterpret_cast<uint32_t*>(smem_raw + (sZeroed - raw_addr));
@@ -1200,14 +1200,15 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With
-// Cfg::kDqStates (ClaimDqRows or ZeroDqAhead): Delta (and the accumulator's state words set to untouched), the kernel, then
-// dQ's conversion by query tiles (workspace: Delta, the accumulator, its state words:
-// dq_accum_workspace_bytes); without: Delta clearing the accumulator, the kernel, the conversion
-// by rows (run_atomic_backward). The conversion stays a pass of its own: done inside this kernel
-// (the block that completes a query tile's dQ converts it, after its dK and dV; branch
-// wip/dq-fold) it measured slower on the H200, d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 /
-// 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 /
-// 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md, 2026-12-01).
+// Cfg::kDqStates (ClaimDqRows or ZeroDqAhead): Delta (and the accumulator's state words set to
+// untouched), the kernel, then dQ's conversion by query tiles (workspace: Delta, the
+// accumulator, its state words: dq_accum_workspace_bytes); without: Delta clearing the
+// accumulator, the kernel, the conversion by rows (run_atomic_backward). The conversion stays a
+// pass of its own: done inside this kernel (the block that completes a query tile's dQ converts
+// it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200, d128 64 x 1k /
+// 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 /
+// 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
+// (bench/results/cuda.md, 2026-12-01).
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {

@@ -104,7 +104,10 @@ __device__ __forceinline__ void count_zeroed_dq_tiles(uint32_t zeroed, uint32_t 
 __device__ __forceinline__ void wait_zeroed_dq_tile(uint32_t zeroed, int it) {
   uint32_t tiles;
   do {
-    asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n" : "=r"(tiles) : "r"(zeroed) : "memory");
+    asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n"
+                 : "=r"(tiles)
+                 : "r"(zeroed)
+                 : "memory");
   } while (tiles <= static_cast<uint32_t>(it));
 }
 #endif
