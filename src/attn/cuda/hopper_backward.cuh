@@ -104,6 +104,13 @@ namespace varpack::cuda {
 // the Delta pass at 64k tokens took 273 us clearing against 145 us without, ncu 2026-12-03) and
 // the compute threads' reductions land on lines just written in L2; the conversion then goes by
 // query tiles, as with ClaimDqRows.
+// DqTensorReduce (atomic dQ with the reducing warps, 64-query tiles; an experiment): a full query
+// tile's dQ staged in the 128-byte-swizzled layout of 32 x 32-float boxes and added (or, first at
+// the rows with ClaimDqRows, stored) by the TMA unit, DataD / 32 tensor operations a reducing
+// warp a tile, instead of one bulk operation per row: the reducing warps issued those one lane
+// after another, ~2,550 clocks a tile at 16 x 4k (the 2026-12-05 timeline), and the compute
+// warpgroups waited ~300 clocks a tile for a free dQ buffer. A sequence's last, partial tile keeps
+// the per-row path (a box would reach into the next sequence's rows).
 // SoftcapEarlyP (an experiment, tile_shapes; 0 off): with softcap, P^T's exponentials and slopes
 // while dP^T's product is still on the tensor cores, as without softcap, instead of after both
 // products land (dS^T needs each score's slope: P^T goes into its register operands at once and
@@ -115,7 +122,7 @@ template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = f
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
           bool DqByRed = false, bool DqOwnKeys = false, int SoftcapEarlyP = 0,
-          bool ZeroDqAhead = false>
+          bool ZeroDqAhead = false, bool DqTensorReduce = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -137,6 +144,9 @@ struct HopperBackwardTile {
   static constexpr bool kDqOwnKeys = DqOwnKeys;
   static constexpr int kSoftcapEarlyP = SoftcapEarlyP;
   static constexpr bool kZeroDqAhead = ZeroDqAhead;
+  static constexpr bool kDqTensorReduce = DqTensorReduce;
+  static_assert(!DqTensorReduce || (QueryStep == 64 && !DqByRed && !SplitColumns),
+                "two row groups of 32 a tile, staged for the reducing warps");
   // The accumulator's state words (set to untouched by the Delta pass, the conversion by query
   // tiles) instead of a cleared accumulator.
   static constexpr bool kDqStates = ClaimDqRows || ZeroDqAhead;
@@ -196,6 +206,10 @@ struct HopperBackwardTile {
   static constexpr int kSmemBytes =
       1024 + (ZeroDqAhead ? kZeroRowOffset + DataD * 4 : kBarrierOffset + kBarriers * 8);
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
+  // DqTensorReduce: a buffer holds 2 row groups x D / 32 boxes of 4 KB, each 1024-byte aligned.
+  static_assert(!DqTensorReduce || (kDqOffset % 1024 == 0 && kDqBytes % 1024 == 0 &&
+                                    2 * (D / 32) * 4096 <= kDqBytes),
+                "swizzled boxes in the dQ buffers");
 };
 
 // Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
@@ -359,7 +373,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const float* delta,
-                           float* dq_accum, uint32_t* dq_states, int64_t slots) {
+                           float* dq_accum, uint32_t* dq_states,
+                           const __grid_constant__ CUtensorMap dq_map, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
@@ -623,8 +638,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         named_barrier_sync(kDqFull + b, kDqHandoff);
         VARPACK_BACKWARD_STAMP(kReduceFull);
         bool first = false;
-        if constexpr (Cfg::kClaimDqRows) {
-          first = first_to_dq_rows(state, seen, lane);
+        if constexpr (Cfg::kClaimDqRows) first = first_to_dq_rows(state, seen, lane);
+        if (Cfg::kDqTensorReduce && rows == kBM) {
+          // This warp's 32 rows as DataD / 32 boxes (the compute threads staged them so).
+          if (lane == 0) {
+            const int row = static_cast<int>(seq.q_begin + m0) + row_group * 32;
+            const uint32_t src = sDq + b * Cfg::kDqBytes + row_group * (D / 32) * 4096;
+#pragma unroll
+            for (int c = 0; c < kDataD / 32; ++c) {
+              if (first) tma_store_3d(dq_map, c * 32, h, row, src + c * 4096);
+              else tma_reduce_add_3d(dq_map, c * 32, h, row, src + c * 4096);
+            }
+          }
+        } else if constexpr (Cfg::kClaimDqRows) {
           // One loop per operation, not the choice inside one loop: the reducing warps have 24
           // registers, and ptxas spilled inside the loop that chose.
           float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
@@ -1078,16 +1104,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       } else {
         // Hand dQ to the reducing warps.
         const int b = it % Cfg::kDqBuffers;
+        [[maybe_unused]] bool boxes = false;  // DqTensorReduce, a full tile: in swizzled boxes
+        if constexpr (Cfg::kDqTensorReduce) {
+          boxes = seq.q_len - tile_start(dq_cursor) >= kBM;
+          dq_cursor.step(m_tiles);
+        }
         named_barrier_sync(kDqEmpty + b, kDqHandoff);
         VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
+        if (boxes) {
+          // Row (warp % 4) * 16 + g + 8r of the tile is row (warp % 2) * 16 + g + 8r of row group
+          // warp % 4 / 2, whose 128-byte lines are that row's: its 16-byte chunk j of a box lies at
+          // j ^ (row % 8) = j ^ g. Column dq_col0 + 8n + 2qd is in box dq_col0 / 32 + n / 4, chunk
+          // 2 (n % 4) + qd / 2, byte (qd % 2) * 8.
+          const uint32_t base = sDq + b * Cfg::kDqBytes +
+                                ((warp % 4 / 2) * (D / 32) + dq_col0 / 32) * 4096 +
+                                ((warp % 2) * 16 + g) * 128 + (qd % 2) * 8;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t row = sDq + b * Cfg::kDqBytes +
-                               (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                               (dq_col0 + 2 * qd) * 4;
+          for (int r = 0; r < 2; ++r)
 #pragma unroll
-          for (int n = 0; n < kDqCols / 8; ++n)
-            st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+            for (int n = 0; n < kDqCols / 8; ++n)
+              st_shared_f32x2(base + r * 1024 + (n / 4) * 4096 +
+                                  (((2 * (n % 4) + qd / 2) ^ g) * 16),
+                              dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+        } else {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t row = sDq + b * Cfg::kDqBytes +
+                                 (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                                 (dq_col0 + 2 * qd) * 4;
+#pragma unroll
+            for (int n = 0; n < kDqCols / 8; ++n)
+              st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+          }
         }
         fence_proxy_async();  // before the bulk reductions read them
         named_barrier_arrive(kDqFull + b, kDqHandoff);
@@ -1192,11 +1240,15 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                 ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
                                                 p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
                                 : CUtensorMap{};
+  // The accumulator's map, read only with DqTensorReduce.
+  const CUtensorMap dq_map = Cfg::kDqTensorReduce && kAtomicDq
+                                 ? accumulator_tile_map(dq_accum, p.total_q, p.heads, D)
+                                 : CUtensorMap{};
   launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
-                       delta, dq_accum, dq_states);
+                       delta, dq_accum, dq_states, dq_map);
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With

@@ -44,6 +44,10 @@ struct OwnKeysTurnsConfig : HopperBackwardTile<128, 64, 2, 128, false, true, fal
                                                false, true, true, true> {};
 // "..., own keys, zeros ahead" (ZeroDqAhead): the per-tile "dQ buffer wait" is the compute warps'
 // wait for the reducing warps' zeros.
+// "wgmma bwd dQ by tensor reduce" (DqTensorReduce): the reducing warps' "issue" is a few tensor
+// operations a tile instead of a bulk operation per row.
+struct TensorReduceConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
+                                               true, true, false, false, 0, false, true> {};
 struct OwnKeysZerosConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
                                                false, true, true, true, false, true> {};
 
@@ -57,6 +61,7 @@ const TimedConfig kConfigs[] = {
     {"own", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysConfig>},
     {"pp", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysTurnsConfig>},
     {"zeros", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysZerosConfig>},
+    {"tensor", launch_hopper_backward_atomic_with<__nv_bfloat16, TensorReduceConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.

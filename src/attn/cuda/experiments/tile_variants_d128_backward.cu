@@ -43,6 +43,10 @@ std::vector<Variant> d128_backward_variants() {
     {"wgmma bwd dQ by red, own keys, pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd dQ by red, own keys, pp, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+    // The library's shape with a full tile's dQ added by TMA tensor reductions, 32 x 32-float
+    // boxes (DqTensorReduce), instead of a bulk reduction per row.
+    {"wgmma bwd dQ by tensor reduce", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 0, false, true>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap dQ by tensor reduce", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 0, false, true>>(p, ws, nullptr); }, false, 128, true},
     // dQ by red with the idle reducing warps zeroing each tile's rows ahead of the reductions
     // (ZeroDqAhead: no clearing in the Delta pass; the conversion by query tiles). Built, not yet
     // timed.

@@ -35,6 +35,7 @@ std::vector<Variant> d96_variants() {
     {"wgmma bwd d96 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 96},
     {"wgmma bwd d96 dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 96},
     {"wgmma bwd d96 dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 96},
+    {"wgmma bwd d96 dQ by tensor reduce", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, false, false, 0, false, true>>(p, ws, nullptr); }, false, 96},
     // Softcap: the library's, and P^T's exponentials while dP^T's product runs (SoftcapEarlyP),
     // P^T * slope kept in fp32 registers or in fp16 pairs.
     {"wgmma bwd d96 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96, true},
