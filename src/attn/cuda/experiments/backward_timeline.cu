@@ -10,7 +10,7 @@
 // Each config first runs once at a point with a 20 s deadline; one that hangs is named ("HANG:
 // <config> at <point>") and the program exits with status 3.
 // Run: ./backward_timeline [points, default 64x1k,16x4k,4x16k,mixed [configs, default
-// lib,red,own,pp,zeros]]
+// lib,red,own,pp,zeros,tensor]]
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   constexpr int kCalls = 10;
-  const std::string configs = argc > 2 ? argv[2] : "lib,red,own,pp,zeros";
+  const std::string configs = argc > 2 ? argv[2] : "lib,red,own,pp,zeros,tensor";
   for (const TimelinePoint& pt : timeline_points(argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
     double flops = 0;
     const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
