@@ -68,17 +68,6 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap& map, int c0, int
                : "memory");
 }
 
-// As tma_store_3d, but the box is added to global memory (fp32 add, performed in L2) instead of
-// written over it.
-__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap& map, int c0, int c1, int c2,
-                                                  uint32_t src) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], "
-      "[%4];\n" ::"l"(reinterpret_cast<uint64_t>(&map)),
-      "r"(c0), "r"(c1), "r"(c2), "r"(src)
-      : "memory");
-}
-
 // Rows [row, row + Tile's rows) of head `head` of the tensor behind `map` (a head_tile_map with
 // Tile's rows per box) into the GmmaTile at `tile`, one TMA copy per 64-column block, completing
 // on `bar`. The caller adds Tile::kBytes to the barrier's transfer count.

@@ -47,11 +47,11 @@ namespace varpack::cuda {
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
 // columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
 // in shared memory.
-// PingPong (without atomic dQ, whose dQ product joins the two compute warpgroups at every tile, or
-// with DqOwnKeys, where nothing joins them in the tile loop): the compute warpgroups take turns to
-// issue their products (named barriers), so that one's P^T / dS^T arithmetic runs while the
-// other's products are on the tensor cores, as in the forward; without it both issue at once, both
-// wait, and the tensor cores idle while both compute P^T and dS^T.
+// PingPong (only without atomic dQ, whose dQ product joins the two compute warpgroups at every
+// tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
+// P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
+// forward; without it both issue at once, both wait, and the tensor cores idle while both compute
+// P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
 // TmaPrologue: K and V by the TMA unit (a partial last key tile by the producer's cp.async, which
@@ -85,44 +85,9 @@ namespace varpack::cuda {
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 // StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
 // one 32-bit store per register.
-// DqByRed (atomic dQ, an experiment: tile_shapes): the compute threads add their dQ registers to
-// the accumulator themselves (red.global.add.v2.f32, fire and forget) instead of staging them in
-// shared memory for the reducing warps' bulk reductions: no dQ buffers (their 69 KB free for
-// load stages), no hand-off barriers, and 64 KB a tile less shared-memory traffic (the staging's
-// stores and the bulk reductions' reads), for 16 reductions a thread a tile. Needs the cleared
-// accumulator or ZeroDqAhead's zeros (not ClaimDqRows, whose first block stores); the two
-// warpgroups then order dS^T's reuse with barriers of their own (kDsFree).
-// DqOwnKeys (with DqByRed, 64-query tiles; an experiment): each compute warpgroup adds dQ = dS K
-// over its own 64 keys only, for all of the columns (two 64-column products one after the
-// other, 32 accumulator registers as before), so that the warpgroups share no barrier in the
-// tile loop and drift apart, one's arithmetic under the other's products; twice the reductions.
-// With PingPong they take turns to issue instead of drifting (an experiment: the turn passes once
-// dK's product is issued, the second dQ product issued outside it).
-// ZeroDqAhead (with DqByRed; an experiment): the idle reducing warps claim each query tile's row
-// groups as the producer loads the tile, and the first block at a group stores zeros there
-// (hopper_dq_accumulator.cuh), so that no pass clears the accumulator (with DqByRed it does:
-// the Delta pass at 64k tokens took 273 us clearing against 145 us without, ncu 2026-12-03) and
-// the compute threads' reductions land on lines just written in L2; the conversion then goes by
-// query tiles, as with ClaimDqRows.
-// DqTensorReduce (atomic dQ with the reducing warps, 64-query tiles; an experiment): a full query
-// tile's dQ staged in the 128-byte-swizzled layout of 32 x 32-float boxes and added (or, first at
-// the rows with ClaimDqRows, stored) by the TMA unit, DataD / 32 tensor operations a reducing
-// warp a tile, instead of one bulk operation per row: the reducing warps issued those one lane
-// after another, ~2,550 clocks a tile at 16 x 4k (the 2026-12-05 timeline), and the compute
-// warpgroups waited ~300 clocks a tile for a free dQ buffer. A sequence's last, partial tile keeps
-// the per-row path (a box would reach into the next sequence's rows).
-// SoftcapEarlyP (an experiment, tile_shapes; 0 off): with softcap, P^T's exponentials and slopes
-// while dP^T's product is still on the tensor cores, as without softcap, instead of after both
-// products land (dS^T needs each score's slope: P^T goes into its register operands at once and
-// P^T * slope is kept until dP^T lands). 1: kept in the scores' fp32 registers, 16 more registers
-// live across that wait than the library's (ptxas: 156 / 208 bytes of spills at d128 against 44 /
-// 60); 2: kept as fp16 pairs, as many registers as the library's, for 16 conversions to and 32
-// from fp16 a tile (dS^T's factor rounded to 11 bits before dS^T is rounded to bf16's 8).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool DqByRed = false, bool DqOwnKeys = false, int SoftcapEarlyP = 0,
-          bool ZeroDqAhead = false, bool DqTensorReduce = false>
+          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -140,23 +105,6 @@ struct HopperBackwardTile {
   static constexpr bool kTmaPrologue = TmaPrologue;
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
-  static constexpr bool kDqByRed = DqByRed;
-  static constexpr bool kDqOwnKeys = DqOwnKeys;
-  static constexpr int kSoftcapEarlyP = SoftcapEarlyP;
-  static constexpr bool kZeroDqAhead = ZeroDqAhead;
-  static constexpr bool kDqTensorReduce = DqTensorReduce;
-  static_assert(!DqTensorReduce || (QueryStep == 64 && !DqByRed && !SplitColumns),
-                "two row groups of 32 a tile, staged for the reducing warps");
-  // The accumulator's state words (set to untouched by the Delta pass, the conversion by query
-  // tiles) instead of a cleared accumulator.
-  static constexpr bool kDqStates = ClaimDqRows || ZeroDqAhead;
-  static_assert(!ZeroDqAhead || DqByRed, "zeros ahead of the compute threads' own reductions");
-  static_assert(!SoftcapEarlyP || !SplitScores, "P^T packed into the register operands at once");
-  static_assert(!DqOwnKeys || (DqByRed && QueryStep == 64 && D == 128),
-                "own keys' dQ: two 64-column products of a 64-query tile, added from registers");
-  static_assert(!DqByRed || (!ClaimDqRows && !SplitColumns && (!PingPong || DqOwnKeys)),
-                "register reductions: a cleared accumulator, one dQ block per warpgroup, turns "
-                "only where no barrier joins the warpgroups");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -195,21 +143,11 @@ struct HopperBackwardTile {
   static constexpr int kDqOffset =
       kDsOffset + (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
-  static constexpr int kStatOffset =
-      kDqOffset + (SplitColumns || DqByRed ? 0 : kDqBuffers * kDqBytes);
+  static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
   static constexpr int kBarriers = 2 * kStages + 1;  // per stage: full, empty; K and V full
-  // ZeroDqAhead: the reducing warps' zeroed-tile counts, then a row of zeros (the bulk stores'
-  // source).
-  static constexpr int kZeroedOffset = kBarrierOffset + kBarriers * 8;
-  static constexpr int kZeroRowOffset = (kZeroedOffset + 4 * kDqReducerWarps + 15) / 16 * 16;
-  static constexpr int kSmemBytes =
-      1024 + (ZeroDqAhead ? kZeroRowOffset + DataD * 4 : kBarrierOffset + kBarriers * 8);
+  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
-  // DqTensorReduce: a buffer holds 2 row groups x D / 32 boxes of 4 KB, each 1024-byte aligned.
-  static_assert(!DqTensorReduce || (kDqOffset % 1024 == 0 && kDqBytes % 1024 == 0 &&
-                                    2 * (D / 32) * 4096 <= kDqBytes),
-                "swizzled boxes in the dQ buffers");
 };
 
 // Measured on the H200 (bf16, d128, causal, 16 heads; 64 x 1k / 16 x 4k / 4 x 16k TFLOP/s, the
@@ -362,8 +300,6 @@ enum HopperBackwardBarrier : int {
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
-  kDsFree = 8,   // + compute warpgroup: the other's dQ product has read dS^T (DqByRed)
-  kDsOwn = 10,   // + compute warpgroup: its own dS^T rows stored, or free again (DqOwnKeys)
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -373,8 +309,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const float* delta,
-                           float* dq_accum, uint32_t* dq_states,
-                           const __grid_constant__ CUtensorMap dq_map, int64_t slots) {
+                           float* dq_accum, uint32_t* dq_states, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
@@ -479,15 +414,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if (kTmaPrologue) mbarrier_init(kv_full, Cfg::kLoadThreads);
   }
-  [[maybe_unused]] const uint32_t sZeroed = sK + Cfg::kZeroedOffset;  // ZeroDqAhead: + 4 * warp
-  [[maybe_unused]] const uint32_t sZeroRow = sK + Cfg::kZeroRowOffset;
-  if constexpr (Cfg::kZeroDqAhead) {
-    // (Before the fence below, which makes the zeros visible to the bulk copies.)
-    uint32_t* words = reinterpret_cast<uint32_t*>(smem_raw + (sZeroed - raw_addr));
-    if (threadIdx.x < Cfg::kReducerWarps) words[threadIdx.x] = 0;
-    if (threadIdx.x < kDataD / 4)
-      reinterpret_cast<uint4*>(smem_raw + (sZeroRow - raw_addr))[threadIdx.x] = uint4{};
-  }
   if (!kTmaPrologue && iters > 0) {
     load_kv(AllThreads{},
             std::integral_constant<int, (kBN * D / 8 + Cfg::kThreads - 1) / Cfg::kThreads>{});
@@ -551,42 +477,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
-    } else if (kAtomicDq && Cfg::kZeroDqAhead && warp >= 2 && warp < 2 + Cfg::kReducerWarps &&
-               iters > 0) {
-      // Zeros ahead of the compute threads' reductions (ZeroDqAhead): this warp's row group of
-      // each tile, as the producer loads the tile (the wait below: the stage's previous tile is
-      // done, the same wait as the producer's), so one load ring ahead of the tile's dQ. Waiting
-      // on the stage cannot miss a phase: the stage's next one needs this tile's dQ added, which
-      // waits for this warp.
-      // The walk as nested loops with running pointers (the cursor and the index arithmetic
-      // per tile did not fit these warps' 24 registers).
-      const int row_group = warp - 2;
-      const int lane = static_cast<int>(threadIdx.x) % 32;
-      const uint32_t zeroed = sZeroed + 4 * row_group;
-      const int64_t tile_step = static_cast<int64_t>(kBM) * p.heads;  // rows x heads
-      int it = 0;
-      for (int head = 0; head < group; ++head) {
-        const int h = hk * group + head;
-        const int64_t row0 = seq.q_begin + m_first;
-        uint32_t* state = dq_states + dq_state_index(row0, row_group, p.heads, h);
-        float* dst = dq_accum + ((row0 + row_group * 32 + lane) * p.heads + h) * kDataD;
-        // Rows of the sequence from the tile's first on (at most kBM of them matter).
-        int64_t left = seq.q_len - m_first;
-        for (int t = 0; t < m_tiles;
-             ++t, ++it, state += tile_step, dst += tile_step * kDataD, left -= kBM) {
-          if (it >= kStages) mbarrier_wait(stage_empty(it % kStages), (it / kStages + 1) & 1);
-          if (row_group * 32 < left && first_to_dq_rows(state, peek_dq_rows(state), lane)) {
-            // Lane's rows row_group * 32 + lane (+ 64 in a 128-row tile).
-            for (int r = row_group * 32 + lane, k = 0; r < left && r < kBM; r += 64, ++k)
-              bulk_store(dst + k * 64 * p.heads * kDataD, sZeroRow, kDataD * 4);
-            bulk_commit();
-            publish_dq_rows(state, lane);
-          }
-          count_zeroed_dq_tiles(zeroed, it + 1, lane);
-        }
-      }
-    } else if (kAtomicDq && !Cfg::kDqByRed && warp >= 2 && warp < 2 + Cfg::kReducerWarps &&
-               iters > 0) {
+    } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
       // Each lane adds whole dQ rows (D floats, contiguous in the [total_q, heads, D] accumulator),
       // or stores them where its block is the first at them.
       // Tile it's dQ is in buffer it % kDqBuffers; each buffer is released (an arrival that the
@@ -638,19 +529,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         named_barrier_sync(kDqFull + b, kDqHandoff);
         VARPACK_BACKWARD_STAMP(kReduceFull);
         bool first = false;
-        if constexpr (Cfg::kClaimDqRows) first = first_to_dq_rows(state, seen, lane);
-        if (Cfg::kDqTensorReduce && rows == kBM) {
-          // This warp's 32 rows as DataD / 32 boxes (the compute threads staged them so).
-          if (lane == 0) {
-            const int row = static_cast<int>(seq.q_begin + m0) + row_group * 32;
-            const uint32_t src = sDq + b * Cfg::kDqBytes + row_group * (D / 32) * 4096;
-#pragma unroll
-            for (int c = 0; c < kDataD / 32; ++c) {
-              if (first) tma_store_3d(dq_map, c * 32, h, row, src + c * 4096);
-              else tma_reduce_add_3d(dq_map, c * 32, h, row, src + c * 4096);
-            }
-          }
-        } else if constexpr (Cfg::kClaimDqRows) {
+        if constexpr (Cfg::kClaimDqRows) {
+          first = first_to_dq_rows(state, seen, lane);
           // One loop per operation, not the choice inside one loop: the reducing warps have 24
           // registers, and ptxas spilled inside the loop that chose.
           float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
@@ -719,10 +599,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const Operand ds_rows(sDs + (dq_row0 / 64) * DsTile::kBlockBytes, DsTile::kBlockBytes);
   const Operand k_cols(sK + (dq_col0 / 64) * KvTile::kBlockBytes + (dq_col0 % 64) * 2,
                        KvTile::kBlockBytes);
-  // DqOwnKeys: dS^T's and K's rows of this warpgroup's 64 keys (K's first column block; the
-  // second is KvTile::kBlockBytes on).
-  [[maybe_unused]] const Operand ds_own(sDs + wg * Cfg::kWarpgroupKeys * 128, DsTile::kBlockBytes);
-  [[maybe_unused]] const Operand k_own(sK + wg * Cfg::kWarpgroupKeys * 128, KvTile::kBlockBytes);
 
   float dk[kOwnCols / 2], dv[kOwnCols / 2];
 #pragma unroll
@@ -734,7 +610,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Turns (kPingPong): warpgroup w issues a group of products when barrier kTurn + w lets it, then
   // lets the other go. Warpgroup 1 lets warpgroup 0 go once before anything, and warpgroup 0
   // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending.
-  constexpr bool kPingPong = Cfg::kPingPong && (!kAtomicDq || Cfg::kDqOwnKeys);
+  constexpr bool kPingPong = Cfg::kPingPong && !kAtomicDq;
   constexpr int kTurnThreads = 256;  // the warpgroup that waits + the one that lets it go
   if constexpr (kPingPong) {
     if (wg == 1) named_barrier_arrive(kTurn, kTurnThreads);
@@ -753,7 +629,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kIssueAhead = Cfg::kIssueAhead && !kPingPong;
   uint32_t pf[kBM / 16][4], dsf[kBM / 16][4];
   TileCursor cursor{0, 0};  // scores(it) runs for it = 0, 1, 2, ... in turn
-  [[maybe_unused]] TileCursor dq_cursor{0, 0};  // and products(it) (DqByRed's reductions)
   auto scores = [&](int it) {
     const int s = it % kStages;
     VARPACK_BACKWARD_STAMP(kScoresStart);
@@ -778,8 +653,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // K-major, in two groups, so that P^T = exp(S^T - lse) is computed while dP^T is still on the
     // tensor cores.
     float st[kScoreQueries / 2], dpt[kScoreQueries / 2];
-    // SoftcapEarlyP == 2: P^T * slope in fp16 pairs across dP^T's wait (half of st's registers).
-    [[maybe_unused]] uint32_t slope_p[kScoreQueries / 4];
     pin_registers(st);
     pin_registers(dpt);
     begin_turn();
@@ -809,10 +682,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
     VARPACK_BACKWARD_STAMP(kPreviousDkDone);
-    // With softcap, dS^T needs each score's slope next to P^T: wait for both products (but with
-    // SoftcapEarlyP).
-    constexpr bool kEarlyP = !kSoftcap || Cfg::kSoftcapEarlyP != 0;
-    if constexpr (!kEarlyP) wgmma_wait<0>();
+    // With softcap, dS^T needs each score's slope next to P^T: wait for both products.
+    if constexpr (kSoftcap) wgmma_wait<0>();
     else wgmma_wait<1>();
     pin_registers(st);
     VARPACK_BACKWARD_STAMP(kSLanded);
@@ -865,7 +736,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // exponentials in a branch of its own, and there the bounds gained nothing (d128 -1.0 to
       // +0.5%, d64 -0.3 to -1.1%): the per-score tests stay there.
       ColumnLimits limits[2];
-      [[maybe_unused]] float first_pr = 0.f, first_ps = 0.f;  // SoftcapEarlyP: a pair's first
       if (!full) {
 #pragma unroll
         for (int r = 0; r < 2; ++r)
@@ -884,42 +754,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int k = i * 8 + (c & 1);
             if (k < limits[c / 2].lo || k >= limits[c / 2].hi) pr = 0.f;
           }
-          if constexpr (Cfg::kSoftcapEarlyP) {
-            // P^T into its register operand by pairs (c - 1, c), as the packing below does
-            // without it; P^T * slope, dS^T's factor, kept until dP^T lands (in the scores'
-            // registers, or with SoftcapEarlyP == 2 in fp16 pairs).
-            if (c & 1) pf[i / 2][(i & 1) * 2 + c / 2] = Mma<T>::pack(first_pr, pr);
-            else first_pr = pr;
-            if constexpr (Cfg::kSoftcapEarlyP == 2) {
-              if (c & 1) slope_p[2 * i + c / 2] = Mma<__half>::pack(first_ps, pr * slope);
-              else first_ps = pr * slope;
-            } else {
-              st[4 * i + c] = pr * slope;
-            }
-          } else {
-            st[4 * i + c] = pr;
-            dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
-          }
+          st[4 * i + c] = pr;
+          dpt[4 * i + c] = pr * (dpt[4 * i + c] - dlt[col - q0]) * slope;
         }
     }
     VARPACK_BACKWARD_STAMP(kPDone);
-    if constexpr (kEarlyP) {
+    if constexpr (!kSoftcap) {
       wgmma_wait<0>();
       pin_registers(dpt);
       VARPACK_BACKWARD_STAMP(kDpLanded);
 #pragma unroll
       for (int i = 0; i < kScoreQueries / 8; ++i)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float factor = 0.f;  // dS^T = factor * (dP^T - Delta): P^T, or with softcap P^T * slope
-          if constexpr (kSoftcap && Cfg::kSoftcapEarlyP == 2) {
-            const float2 pair = Mma<__half>::unpack(slope_p[2 * i + c / 2]);
-            factor = c & 1 ? pair.y : pair.x;
-          } else {
-            factor = st[4 * i + c];
-          }
-          dpt[4 * i + c] = factor * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
-        }
+        for (int c = 0; c < 4; ++c)
+          dpt[4 * i + c] = st[4 * i + c] * (dpt[4 * i + c] - dlt[i * 8 + 2 * qd + (c & 1)]);
     } else {
       pin_registers(dpt);
       VARPACK_BACKWARD_STAMP(kDpLanded);
@@ -942,26 +790,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fence_proxy_async();  // before the products read them
       named_barrier_sync(kDsReady, Cfg::kComputeThreads);
     } else {
-      // DqByRed: dS^T's buffer is free once the other warpgroup's dQ product of the previous tile
-      // has read it (its arrival in products) and this one's own (its threads reach this sync
-      // only past their wait for it); without it, the dQ hand-off's barrier orders that.
-      // DqOwnKeys: only this warpgroup's products read its rows, but every one of its warps reads
-      // all of them (a warp's share of the product is 16 query rows over all 64 keys), so a warp
-      // past its own wait must still wait for the other three before it overwrites its rows.
-      if constexpr (kAtomicDq && Cfg::kDqByRed) {
-        if (it > 0) {
-          if constexpr (Cfg::kDqOwnKeys) named_barrier_sync(kDsOwn + wg, 128);
-          else named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
-        }
-      }
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
       for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          if constexpr (!(kSoftcap && Cfg::kSoftcapEarlyP))  // (there packed with the exponentials)
-            pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
+          pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
           dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
           if constexpr (kAtomicDq && !Cfg::kStmatrixDs)
             st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
@@ -979,11 +814,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // +1.5% and softcap +1.7 to +6.4%; d64 (128-query tiles) -0.5 to +0.6%, but its softcap
         // kernel then spills 192 / 196 bytes against 140 / 144, and with the column-bound mask it
         // measured 200.2 / 303.0 / 258.3 against 213.5 / 327.6 / 278.0 at 64 x 1k / 16 x 4k / mixed
-        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried
-        // with it, not kept (bfa3872 holds the code): dQ staged by 16-byte stores, the
-        // accumulator's columns paired in the threads' order (the tile conversion reading them
-        // so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over stmatrix alone,
-        // and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
+        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried with it, not kept (bfa3872 holds the code): dQ staged by 16-byte
+        // stores, the accumulator's columns paired in the threads' order (the tile conversion
+        // reading them so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over
+        // stmatrix alone, and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
@@ -1022,124 +856,47 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDvIssued);
-      // Every warp's dS^T rows are in shared memory (DqOwnKeys: this warpgroup's). (The previous
-      // tile's were free to overwrite: both warpgroups passed its dQ hand-off, kDqEmpty, after
-      // their dQ product completed; DqByRed: kDsFree; DqOwnKeys: kDsOwn in scores.)
-      if constexpr (Cfg::kDqOwnKeys) named_barrier_sync(kDsOwn + wg, 128);
-      else named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+      // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
+      // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
+      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
       VARPACK_BACKWARD_STAMP(kDsReadyPassed);
 
       // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
-      // MN-major, B = K read MN-major (rows = keys). DqOwnKeys: over this warpgroup's 64 keys,
-      // columns 0-63 here and 64-127 below.
+      // MN-major, B = K read MN-major (rows = keys).
       float dq[kDqCols / 2];
       pin_registers(dq);
       wgmma_fence();
-      if constexpr (Cfg::kDqOwnKeys) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_own.at(kk * 2048), k_own.at(kk * 2048),
-                                               kk > 0);
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
-          Wgmma<T, kDqCols>::template ss<1, 1>(
-              dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
-      }
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        Wgmma<T, kDqCols>::template ss<1, 1>(
+            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
         Wgmma<T, kOwnCols>::template rs<1>(
             dk, dsf[kk], q_cols.at(kk * 2048), 1);
       wgmma_commit();
-      end_turn();  // (turns only with DqOwnKeys here)
       VARPACK_BACKWARD_STAMP(kDqDkIssued);
       wgmma_wait<1>();  // dV's and dQ's products
       pin_registers(dq);
       VARPACK_BACKWARD_STAMP(kDvDqLanded);
 
-      // Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g + 8r of the tile, columns
-      // dq_col0 + 8n + 2qd + {0, 1}.
-      if constexpr (Cfg::kDqByRed) {
-        // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite
-        // it (the last tile's arrival would be left pending, so none).
-        if constexpr (!Cfg::kDqOwnKeys)
-          if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
-        const int64_t m0 = tile_start(dq_cursor);
-        const int h = hk * group + dq_cursor.head;
-        dq_cursor.step(m_tiles);
-        // No buffer to wait for (the timeline's 0), but with ZeroDqAhead this warp's dQ rows (16
-        // of one row group) must be zeros or stored by now.
-        if constexpr (Cfg::kZeroDqAhead) wait_zeroed_dq_tile(sZeroed + 4 * (warp % 4 / 2), it);
-        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
-        // dq's columns col0 .. col0 + kDqCols - 1 into the accumulator. Each warp instruction
-        // adds 8 rows x 32 contiguous bytes: whole sectors.
-        auto add_dq = [&](int col0) {
+      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
+      const int b = it % Cfg::kDqBuffers;
+      named_barrier_sync(kDqEmpty + b, kDqHandoff);
+      VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = dq_row0 + (warp % 4) * 16 + g + 8 * r;
-            if (row < seq.q_len - m0) {
-              float* dst = dq_accum + ((seq.q_begin + m0 + row) * p.heads + h) * kDataD + col0 +
-                           2 * qd;
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t row = sDq + b * Cfg::kDqBytes +
+                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (dq_col0 + 2 * qd) * 4;
 #pragma unroll
-              for (int n = 0; n < kDqCols / 8; ++n)
-                if (kDataD == D || col0 + 8 * n < kDataD)
-                  red_add_f32x2(dst + 8 * n, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-            }
-          }
-        };
-        add_dq(Cfg::kDqOwnKeys ? 0 : dq_col0);
-        if constexpr (Cfg::kDqOwnKeys) {
-          // Columns 64-127; dK's product is still running, so this waits for both.
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            Wgmma<T, kDqCols>::template ss<1, 1>(
-                dq, ds_own.at(kk * 2048), k_own.at(KvTile::kBlockBytes + kk * 2048), kk > 0);
-          wgmma_commit();
-          wgmma_wait<0>();
-          pin_registers(dq);
-          add_dq(64);
-        }
-      } else {
-        // Hand dQ to the reducing warps.
-        const int b = it % Cfg::kDqBuffers;
-        [[maybe_unused]] bool boxes = false;  // DqTensorReduce, a full tile: in swizzled boxes
-        if constexpr (Cfg::kDqTensorReduce) {
-          boxes = seq.q_len - tile_start(dq_cursor) >= kBM;
-          dq_cursor.step(m_tiles);
-        }
-        named_barrier_sync(kDqEmpty + b, kDqHandoff);
-        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
-        if (boxes) {
-          // Row (warp % 4) * 16 + g + 8r of the tile is row (warp % 2) * 16 + g + 8r of row group
-          // warp % 4 / 2, whose 128-byte lines are that row's: its 16-byte chunk j of a box lies at
-          // j ^ (row % 8) = j ^ g. Column dq_col0 + 8n + 2qd is in box dq_col0 / 32 + n / 4, chunk
-          // 2 (n % 4) + qd / 2, byte (qd % 2) * 8.
-          const uint32_t base = sDq + b * Cfg::kDqBytes +
-                                ((warp % 4 / 2) * (D / 32) + dq_col0 / 32) * 4096 +
-                                ((warp % 2) * 16 + g) * 128 + (qd % 2) * 8;
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int n = 0; n < kDqCols / 8; ++n)
-              st_shared_f32x2(base + r * 1024 + (n / 4) * 4096 +
-                                  (((2 * (n % 4) + qd / 2) ^ g) * 16),
-                              dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-        } else {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint32_t row = sDq + b * Cfg::kDqBytes +
-                                 (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                                 (dq_col0 + 2 * qd) * 4;
-#pragma unroll
-            for (int n = 0; n < kDqCols / 8; ++n)
-              st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-          }
-        }
-        fence_proxy_async();  // before the bulk reductions read them
-        named_barrier_arrive(kDqFull + b, kDqHandoff);
+        for (int n = 0; n < kDqCols / 8; ++n)
+          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
       }
+      fence_proxy_async();  // before the bulk reductions read them
+      named_barrier_arrive(kDqFull + b, kDqHandoff);
     } else if constexpr (kSplitScores) {
       // P^T and dS^T from this tile's buffer, K-major (rows = keys, k-step kk = 16 queries).
       const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
@@ -1161,7 +918,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       wgmma_commit();
     }
-    if constexpr (!kAtomicDq) end_turn();  // (atomic dQ: after dK's product is issued, above)
+    end_turn();
     VARPACK_BACKWARD_STAMP(kProductsDone);
   };
   auto finish = [&](int it) {
@@ -1240,31 +997,26 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                 ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
                                                 p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
                                 : CUtensorMap{};
-  // The accumulator's map, read only with DqTensorReduce.
-  const CUtensorMap dq_map = Cfg::kDqTensorReduce && kAtomicDq
-                                 ? accumulator_tile_map(dq_accum, p.total_q, p.heads, D)
-                                 : CUtensorMap{};
   launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
-                       delta, dq_accum, dq_states, dq_map);
+                       delta, dq_accum, dq_states);
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With
-// Cfg::kDqStates (ClaimDqRows or ZeroDqAhead): Delta (and the accumulator's state words set to
-// untouched), the kernel, then dQ's conversion by query tiles (workspace: Delta, the
-// accumulator, its state words: dq_accum_workspace_bytes); without: Delta clearing the
-// accumulator, the kernel, the conversion by rows (run_atomic_backward). The conversion stays a
-// pass of its own: done inside this kernel (the block that completes a query tile's dQ converts
-// it, after its dK and dV; branch wip/dq-fold) it measured slower on the H200, d128 64 x 1k /
-// 16 x 4k / 4 x 16k / mixed 253.8 / 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 /
-// 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 / 196.4 against 161.5 / 237.9 / 273.1 / 207.1
-// (bench/results/cuda.md, 2026-12-01).
+// Cfg::kClaimDqRows: Delta (and the accumulator's state words set to untouched), the kernel, then
+// dQ's conversion by query tiles (workspace: Delta, the accumulator, its state words:
+// dq_accum_workspace_bytes); without: Delta clearing the accumulator, the kernel, the conversion
+// by rows (run_atomic_backward). The conversion stays a pass of its own: done inside this kernel
+// (the block that completes a query tile's dQ converts it, after its dK and dV; branch
+// wip/dq-fold) it measured slower on the H200, d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 /
+// 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 /
+// 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md, 2026-12-01).
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
-  if constexpr (!Cfg::kDqStates) {
+  if constexpr (!Cfg::kClaimDqRows) {
     run_atomic_backward<T, Cfg::kDataD>(
         p, workspace, stream, [&](const float* delta, float* dq_accum, cudaStream_t s) {
           launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, nullptr, s);

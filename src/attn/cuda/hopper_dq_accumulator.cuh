@@ -83,33 +83,6 @@ __device__ __forceinline__ void publish_dq_rows(uint32_t* state, int lane) {
                  "r"(static_cast<uint32_t>(kDqRowsStored))
                  : "memory");
 }
-
-// ZeroDqAhead (HopperBackwardTile, with DqByRed, an experiment): the reducing warps, idle when the
-// compute threads add dQ from their registers, claim each query tile's row groups a few tiles
-// ahead of the compute warpgroups, and the first block at a group stores zeros there (the states
-// above, the same claim and publication), so that no pass clears the accumulator and the
-// compute threads' reductions land on lines just written in L2. Each reducing warp counts the
-// tiles it has seen to (its `zeroed` word in shared memory); a compute warp adds to its row group
-// of iteration `it` once that count passes it.
-// Whole warp, once its group of iteration `tiles` - 1 is zeroed by this block or seen stored by
-// another (a release at the block's scope: what lane 0 observed of the state, before the count).
-__device__ __forceinline__ void count_zeroed_dq_tiles(uint32_t zeroed, uint32_t tiles, int lane) {
-  __syncwarp();
-  if (lane == 0)
-    asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(zeroed), "r"(tiles)
-                 : "memory");
-}
-// Whole warp: waits until the reducing warp behind `zeroed` has seen to iteration `it`. Almost
-// always already true (the reducing warps run a load ring ahead), so one shared-memory read.
-__device__ __forceinline__ void wait_zeroed_dq_tile(uint32_t zeroed, int it) {
-  uint32_t tiles;
-  do {
-    asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n"
-                 : "=r"(tiles)
-                 : "r"(zeroed)
-                 : "memory");
-  } while (tiles <= static_cast<uint32_t>(it));
-}
 #endif
 
 // dq[i, h, :] = scale * accumulator in the output type for every row of every sequence, by query

@@ -15,9 +15,5 @@ namespace varpack::cuda {
 // aligned base and strides that are multiples of 16 bytes, which the attention's checks ensure).
 CUtensorMap head_tile_map(const void* base, bool bf16, int64_t rows, int heads, int d,
                           int64_t row_stride, int64_t head_stride, int box_rows);
-// The backward's fp32 dQ accumulator [rows, heads, d] (contiguous) as boxes of 32 rows x 32
-// columns of one head, in the 128-byte-swizzled layout (rows of 32 floats), for the tensor
-// reductions and stores of HopperBackwardTile's DqTensorReduce.
-CUtensorMap accumulator_tile_map(const float* base, int64_t rows, int heads, int d);
 
 }  // namespace varpack::cuda

@@ -1,16 +1,15 @@
 // Experiment (built with -DVARPACK_BACKWARD_TIMELINE; `scripts/gpu_run.sh timeline` runs it):
 // where the Hopper atomic backward's roles spend their clocks, per key block and per query tile of
 // its loop, from the clock64() sums that hopper_backward.cuh's VARPACK_BACKWARD_STAMP adds up per
-// multiprocessor (BackwardEvent). The library's d128 atomic backward (bf16, causal, 16 heads) and
-// tile_shapes' dQ-by-red experiments on the same shape, 10 calls a point after 3 warm-up calls;
-// the stamps cost time of their own, so the call's ms is printed beside them (compare tile_shapes'
-// "wgmma bwd (lib)" and the variants of the same names for the uninstrumented kernels). At the
-// dense peak a loop tile's ten 64 x 64 x 128 products (five a compute warpgroup) take about
-// 2,560 clocks of the SM (own keys: twelve, 3,072).
+// multiprocessor (BackwardEvent). The library's d128 atomic backward (bf16, causal, 16 heads), and
+// an experiment's config beside it where one is added to kConfigs (the dQ-from-registers and
+// tensor-reduction experiments of 2026-12-05 were, bench/results/cuda.md), 10 calls a point after
+// 3 warm-up calls; the stamps cost time of their own, so the call's ms is printed beside them
+// (compare tile_shapes' "wgmma bwd (lib)" for the uninstrumented kernel). At the dense peak a loop
+// tile's ten 64 x 64 x 128 products (five a compute warpgroup) take about 2,560 clocks of the SM.
 // Each config first runs once at a point with a 20 s deadline; one that hangs is named ("HANG:
 // <config> at <point>") and the program exits with status 3.
-// Run: ./backward_timeline [points, default 64x1k,16x4k,4x16k,mixed [configs, default
-// lib,red,own,pp,zeros,tensor]]
+// Run: ./backward_timeline [points, default 64x1k,16x4k,4x16k,mixed [configs, default all]]
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,24 +31,6 @@ using namespace varpack::cuda;
 // The configs as types of this file's own, so that the instrumented kernels are instantiated here
 // only (the library's archive holds the uninstrumented one of the library's config).
 struct LibraryConfig : HopperAtomicBackwardConfig<128> {};
-// tile_shapes' "wgmma bwd dQ by red", "..., own keys" and "..., own keys, pp" (HopperBackwardTile's
-// DqByRed, DqOwnKeys, PingPong). Their dQ goes out from the compute threads: the per-tile "dQ
-// store + hand-off" is their reductions, and there is no buffer wait or reducing warp. With pp
-// the turns' waits fall in "issue S, dP" and "issue dV".
-struct DqByRedConfig
-    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true> {};
-struct OwnKeysConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false,
-                                          true, true, true> {};
-struct OwnKeysTurnsConfig : HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true,
-                                               false, true, true, true> {};
-// "..., own keys, zeros ahead" (ZeroDqAhead): the per-tile "dQ buffer wait" is the compute warps'
-// wait for the reducing warps' zeros.
-// "wgmma bwd dQ by tensor reduce" (DqTensorReduce): the reducing warps' "issue" is a few tensor
-// operations a tile instead of a bulk operation per row.
-struct TensorReduceConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
-                                               true, true, false, false, 0, false, true> {};
-struct OwnKeysZerosConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
-                                               false, true, true, true, false, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -57,11 +38,6 @@ struct TimedConfig {
 };
 const TimedConfig kConfigs[] = {
     {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
-    {"red", launch_hopper_backward_atomic_with<__nv_bfloat16, DqByRedConfig>},
-    {"own", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysConfig>},
-    {"pp", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysTurnsConfig>},
-    {"zeros", launch_hopper_backward_atomic_with<__nv_bfloat16, OwnKeysZerosConfig>},
-    {"tensor", launch_hopper_backward_atomic_with<__nv_bfloat16, TensorReduceConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.
@@ -85,14 +61,14 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&ws, delta_workspace_bytes(sized) + dq_accum_workspace_bytes(sized)));
   }
   constexpr int kCalls = 10;
-  const std::string configs = argc > 2 ? argv[2] : "lib,red,own,pp,zeros,tensor";
+  const std::string configs = argc > 2 ? argv[2] : "";  // empty: every config
   for (const TimelinePoint& pt : timeline_points(argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
     double flops = 0;
     const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
     launch_forward<__nv_bfloat16, 128>(p, nullptr);  // out and lse for the backward
     for (const TimedConfig& config : kConfigs) {
-      if (!listed(configs, config.name)) continue;
-      config.launch(p, ws, nullptr);  // once with a deadline: the experiments' barriers are new
+      if (!configs.empty() && !listed(configs, config.name)) continue;
+      config.launch(p, ws, nullptr);  // once with a deadline: an experiment's barriers may hang
       bench::finish_or_exit(20.0, config.name, pt.name);
       const auto t = run_timeline(
           g_backward_timeline, [&] { config.launch(p, ws, nullptr); }, kCalls);

@@ -28,36 +28,6 @@ std::vector<Variant> d128_backward_variants() {
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
-    // dQ added from the compute threads' registers by red.global.add.v2.f32 (HopperBackwardTile's
-    // DqByRed: no staging, no reducing warps; the accumulator cleared as in the one above), and
-    // with the freed dQ buffers' shared memory as a third load stage. Built, not yet timed (nor
-    // the own-keys variants below).
-    {"wgmma bwd dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd dQ by red, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // The same with each warpgroup adding dQ over its own 64 keys, for all columns
-    // (DqOwnKeys: no barrier between the warpgroups in the tile loop; twice the reductions).
-    {"wgmma bwd dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd dQ by red, own keys, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
-    // ... and taking turns to issue their products (PingPong; the loop then without IssueAhead).
-    {"wgmma bwd dQ by red, own keys, pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd dQ by red, own keys, pp, 3 stages", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 3, 128, false, true, false, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // The library's shape with a full tile's dQ added by TMA tensor reductions, 32 x 32-float
-    // boxes (DqTensorReduce), instead of a bulk reduction per row.
-    {"wgmma bwd dQ by tensor reduce", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 0, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap dQ by tensor reduce", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 0, false, true>>(p, ws, nullptr); }, false, 128, true},
-    // dQ by red with the idle reducing warps zeroing each tile's rows ahead of the reductions
-    // (ZeroDqAhead: no clearing in the Delta pass; the conversion by query tiles). Built, not yet
-    // timed.
-    {"wgmma bwd dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd dQ by red, own keys, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd dQ by red, own keys, pp, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, false, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
-    // With softcap, P^T's exponentials while dP^T's product runs (SoftcapEarlyP; the library's
-    // waits for both products first), P^T * slope kept in fp32 registers or in fp16 pairs.
-    {"wgmma bwd softcap, P before dP", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 1>>(p, ws, nullptr); }, false, 128, true},
-    {"wgmma bwd softcap, P before dP, fp16", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, 2>>(p, ws, nullptr); }, false, 128, true},
   };
 }
 

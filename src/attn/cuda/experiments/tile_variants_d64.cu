@@ -28,10 +28,7 @@ std::vector<Variant> d64_variants() {
     {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
     {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
     {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
-    // dQ by red (as at d128: tile_variants_d128_backward.cu; d64's library already clears the
-    // accumulator), with zeros ahead (ZeroDqAhead), and claimed dQ rows (ClaimDqRows).
-    {"wgmma bwd d64 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
-    {"wgmma bwd d64 dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true, false, false, true>>(p, ws, nullptr); }, false, 64},
+    // Claimed dQ rows (HopperBackwardTile's ClaimDqRows; d64's library clears the accumulator).
     {"wgmma bwd d64 claimed dQ rows", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
     // K, V and the first query tile issued by the producer (TmaPrologue; d64's library keeps
     // the prologue of all threads), and the deterministic mode's two passes.

@@ -30,17 +30,10 @@ std::vector<Variant> d96_variants() {
     {"wgmma bwd d96 (lib, atomic)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96},
     {"wgmma bwd d96 all-thread prologue", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true>>(p, ws, nullptr); }, false, 96},
     {"wgmma bwd d96 atomic, not ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96>>(p, ws, nullptr); }, false, 96},
-    // The cleared accumulator, dQ by red, own keys and zeros ahead (as at d128: tile_variants_d128_backward.cu).
+    // The cleared accumulator (as at d128: tile_variants_d128_backward.cu).
     {"wgmma bwd d96 cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 96},
-    {"wgmma bwd d96 dQ by red", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true>>(p, ws, nullptr); }, false, 96},
-    {"wgmma bwd d96 dQ by red, own keys", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true, true>>(p, ws, nullptr); }, false, 96},
-    {"wgmma bwd d96 dQ by red, zeros ahead", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, true, false, false, true>>(p, ws, nullptr); }, false, 96},
-    {"wgmma bwd d96 dQ by tensor reduce", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, false, false, 0, false, true>>(p, ws, nullptr); }, false, 96},
-    // Softcap: the library's, and P^T's exponentials while dP^T's product runs (SoftcapEarlyP),
-    // P^T * slope kept in fp32 registers or in fp16 pairs.
+    // Softcap: the library's.
     {"wgmma bwd d96 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96, true},
-    {"wgmma bwd d96 softcap, P before dP", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, false, false, 1>>(p, ws, nullptr); }, false, 96, true},
-    {"wgmma bwd d96 softcap, P before dP, fp16", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, false, false, 2>>(p, ws, nullptr); }, false, 96, true},
   };
 }
 
