@@ -37,8 +37,8 @@
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
 #   sent with the run tool's carry), the two binaries run in turn, TUNE_ROUNDS times, to compare
 #   the library's variants across a change that the experiments cannot hold side by side);
-#   timeline: the clock64 timelines of the d128 atomic backward (the library's and tile_shapes'
-#   dQ-by-red experiments: "lib", "red", "own", "pp"), per block and per tile, and of
+#   timeline: the clock64 timelines of the d128 atomic backward (the library's, and any
+#   experiment's config added to backward_timeline.cu's kConfigs), per block and per tile, and of
 #   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
 #   TIMELINE_POINTS=64x1k,16x4k: those points only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
