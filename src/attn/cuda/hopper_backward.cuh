@@ -87,7 +87,8 @@ namespace varpack::cuda {
 // one 32-bit store per register.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
-          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true>
+          bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
+          bool SplitDqEmpty = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -105,6 +106,7 @@ struct HopperBackwardTile {
   static constexpr bool kTmaPrologue = TmaPrologue;
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
+  static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -300,6 +302,9 @@ enum HopperBackwardBarrier : int {
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
+  // SplitDqEmpty: kDqEmpty + buffer for compute warpgroup 0 only, this + buffer for warpgroup 1.
+  kDqEmptyWg1 = 8,
+  kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -324,6 +329,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kDqCols = Cfg::kDqCols;
   // The compute threads + the reducing warps.
   constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
+  // SplitDqEmpty (an experiment, tile_shapes): each compute warpgroup waits for a free dQ buffer
+  // on a barrier of its own with the reducing warps, not for the other warpgroup too (the
+  // 2026-12-05 timelines: a buffer returned ~1,000 clocks sooner by the reducing warps left the
+  // compute warps' ~300-clock wait for it unchanged, so the other warpgroup may be what they
+  // wait for); the dS^T rows the other warpgroup's dQ product reads are then guarded by kDsFree.
+  constexpr bool kSplitDqEmpty = Cfg::kSplitDqEmpty && kAtomicDq;
+  constexpr int kDqEmptyCount =
+      (kSplitDqEmpty ? Cfg::kComputeThreads / 2 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
+  auto release_dq_buffer = [&](int b) {  // the reducing warps' arrival(s)
+    named_barrier_arrive(kDqEmpty + b, kDqEmptyCount);
+    if constexpr (kSplitDqEmpty) named_barrier_arrive(kDqEmptyWg1 + b, kDqEmptyCount);
+  };
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
@@ -498,8 +515,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // The rows r of the tile with dq_row_group(r) == row_group.
       const int first_row = row_group * 32 + lane;
       constexpr int kRowStep = 32 * Cfg::kReducerWarps;
-      for (int b = 0; b < kBuffers && b < iters; ++b)
-        named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+      for (int b = 0; b < kBuffers && b < iters; ++b) release_dq_buffer(b);
       TileCursor cursor{0, 0};
       // With claims (Cfg::kClaimDqRows), this warp's rows of a tile (none where it has at most
       // 32 * row_group rows) are stored if this block is the first there, else added
@@ -559,7 +575,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bulk_wait_read<0>();
         VARPACK_BACKWARD_STAMP(kReduceRead);
         VARPACK_BACKWARD_COUNT(kReduceTiles);
-        if (it + kBuffers < iters) named_barrier_arrive(kDqEmpty + b, kDqHandoff);
+        if (it + kBuffers < iters) release_dq_buffer(b);
         if (first) publish_dq_rows(state, lane);
       }
       bulk_wait_read<0>();
@@ -790,6 +806,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fence_proxy_async();  // before the products read them
       named_barrier_sync(kDsReady, Cfg::kComputeThreads);
     } else {
+      // SplitDqEmpty: this warpgroup's dS^T rows are free once the other warpgroup's dQ product of
+      // the previous tile has read them (its arrival) and its own warps' have (they reach this
+      // sync only past their wait for it); without it, both warpgroups' kDqEmpty sync orders it.
+      if constexpr (kSplitDqEmpty)
+        if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
@@ -884,7 +905,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
       // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
       const int b = it % Cfg::kDqBuffers;
-      named_barrier_sync(kDqEmpty + b, kDqHandoff);
+      if constexpr (kSplitDqEmpty) {
+        // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite its
+        // rows (the last tile's arrival would be left pending, so none).
+        if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
+        named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
+      } else {
+        named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
+      }
       VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {

@@ -31,6 +31,9 @@ using namespace varpack::cuda;
 // The configs as types of this file's own, so that the instrumented kernels are instantiated here
 // only (the library's archive holds the uninstrumented one of the library's config).
 struct LibraryConfig : HopperAtomicBackwardConfig<128> {};
+// tile_shapes' "wgmma bwd split dQ-empty" (SplitDqEmpty).
+struct SplitDqEmptyConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
+                                               true, true, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -38,6 +41,7 @@ struct TimedConfig {
 };
 const TimedConfig kConfigs[] = {
     {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
+    {"split", launch_hopper_backward_atomic_with<__nv_bfloat16, SplitDqEmptyConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.
