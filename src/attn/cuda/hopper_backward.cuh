@@ -85,6 +85,8 @@ namespace varpack::cuda {
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 // StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
 // one 32-bit store per register.
+// SplitDqEmpty (atomic dQ; an experiment, tile_shapes, 2026-12-05): each compute warpgroup waits
+// for a free dQ buffer on a barrier of its own with the reducing warps (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
