@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 # "<name> <point> <ms> <TFLOP/s> <max|diff|>[ sustained columns]"; names hold spaces, points not.
 ROW = re.compile(
-    r"^(?P<name>.+?)\s+(?P<point>\d+x\d+k|mixed|window2k|pad\d+%|small)\s+(?P<ms>\S+)\s+"
+    r"^(?P<name>.+?)\s+(?P<point>\d+x\d+k|mixed|window2k|pad\d+%|small(?:gqa)?)\s+(?P<ms>\S+)\s+"
     r"(?P<tflops>\S+)\s+(?P<diff>\S+)(?:\s.*)?$")
 ROUND = re.compile(r"^==== (tile_shapes\S*):")
 

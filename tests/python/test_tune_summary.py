@@ -17,6 +17,8 @@ wgmma bwd (lib)                      16x4k       7.172     400.0    1.953e-03
 wgmma bwd dQ by red, own keys, pp, zeros ahead 16x4k       7.000     390.0    1.953e-03
 wgmma bwd d64 (lib, atomic q128)     64x1k       2.000     300.0    0.000e+00
 wgmma bwd d64 dQ by red              64x1k       1.900     330.0    1.000e-03
+wgmma bwd d64 (lib, atomic q128)     smallgqa    0.010       5.0    0.000e+00
+wgmma bwd d64 dQ by red              smallgqa    0.010       4.0    1.000e-03
 ==== tile_shapes_2: build/tile_shapes 10 128 64
 wgmma bwd (lib)                      64x1k       2.574     250.0    3.906e-03
 wgmma bwd dQ by red, own keys, pp, zeros ahead 64x1k       2.500     200.0    3.906e-03
@@ -41,7 +43,7 @@ def test_ratios_to_the_first_of_each_kind_round_by_round(tmp_path):
     # Softcap's variants against the softcap library, marked where the result is wrong.
     assert rows["wgmma bwd softcap, P before dP"] == ["120.0 1.200!", "-"]
     # The second head dim against its own first variant.
-    assert rows["wgmma bwd d64 dQ by red"] == ["330.0 1.100"]
+    assert rows["wgmma bwd d64 dQ by red"] == ["330.0 1.100", "4.0 0.800"]
 
 
 def test_the_diff_bound_is_an_option(tmp_path):
