@@ -85,8 +85,8 @@ namespace varpack::cuda {
 // by query tiles or the reducing loop's per-tile work), so d64 keeps the cleared accumulator.
 // StmatrixDs (atomic dQ): dS^T into shared memory by stmatrix.x4 (measured at the store), else by
 // one 32-bit store per register.
-// SplitDqEmpty (atomic dQ; an experiment, tile_shapes, 2026-12-05): each compute warpgroup waits
-// for a free dQ buffer on a barrier of its own with the reducing warps (see the kernel).
+// SplitDqEmpty (atomic dQ): each compute warpgroup waits for a free dQ buffer on a barrier of its
+// own with the reducing warps, not for the other warpgroup too (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
@@ -254,9 +254,13 @@ struct HopperBackwardConfig<256>
 // and 10% padding; d96 +1.1 / +1.5% at 64 x 1k, -1 to -3% from 4k.
 template <int D>
 struct HopperAtomicBackwardConfig;
+// SplitDqEmpty at d128 and d96: measured on the H200 (bf16, causal, 16 heads, tile_shapes,
+// interleaved with the shared dQ-empty barrier, 2026-12-05 03:00 UTC), TFLOP/s at 64 x 1k / 16 x
+// 4k / 4 x 16k / mixed: d128 340.3 / 492.6 / 557.5 / 441.1 against 333.2 / 476.9 / 535.7 / 429.0,
+// with softcap +3.0 to +5.7%, d96 +0.9 to +2.0%.
 template <>
 struct HopperAtomicBackwardConfig<128>
-    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true> {};
+    : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true> {};
 // d64: dS^T by 32-bit stores (StmatrixDs off; measured at the store).
 template <>
 struct HopperAtomicBackwardConfig<64>
@@ -268,7 +272,7 @@ struct HopperAtomicBackwardConfig<64>
 // 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead.
 template <>
 struct HopperAtomicBackwardConfig<96>
-    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true> {};
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true> {};
 
 // The backward's timeline (experiments/backward_timeline.cu, built with
 // -DVARPACK_BACKWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's
@@ -331,8 +335,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kDqCols = Cfg::kDqCols;
   // The compute threads + the reducing warps.
   constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
-  // SplitDqEmpty (an experiment, tile_shapes): each compute warpgroup waits for a free dQ buffer
-  // on a barrier of its own with the reducing warps, not for the other warpgroup too (the
+  // SplitDqEmpty: each compute warpgroup waits for a free dQ buffer on a barrier of its own with
+  // the reducing warps, not for the other warpgroup too (the
   // 2026-12-05 timelines: a buffer returned ~1,000 clocks sooner by the reducing warps left the
   // compute warps' ~300-clock wait for it unchanged, so the other warpgroup may be what they
   // wait for); the dS^T rows the other warpgroup's dQ product reads are then guarded by kDsFree.

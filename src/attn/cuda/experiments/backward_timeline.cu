@@ -31,9 +31,9 @@ using namespace varpack::cuda;
 // The configs as types of this file's own, so that the instrumented kernels are instantiated here
 // only (the library's archive holds the uninstrumented one of the library's config).
 struct LibraryConfig : HopperAtomicBackwardConfig<128> {};
-// tile_shapes' "wgmma bwd split dQ-empty" (SplitDqEmpty).
-struct SplitDqEmptyConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
-                                               true, true, true> {};
+// tile_shapes' "wgmma bwd shared dQ-empty (before)": the library's before SplitDqEmpty.
+struct SharedDqEmptyConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
+                                                true, true, false> {};
 
 struct TimedConfig {
   const char* name;
@@ -41,7 +41,7 @@ struct TimedConfig {
 };
 const TimedConfig kConfigs[] = {
     {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
-    {"split", launch_hopper_backward_atomic_with<__nv_bfloat16, SplitDqEmptyConfig>},
+    {"shared", launch_hopper_backward_atomic_with<__nv_bfloat16, SharedDqEmptyConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.

@@ -25,10 +25,10 @@ std::vector<Variant> d128_backward_variants() {
     // Deterministic mode: Hopper dK/dV, then the wgmma dQ pass.
     {"wgmma det bwd (lib)", [](auto& p, void* ws) { auto d = p; d.deterministic = true; launch_hopper_backward<T, 128>(d, ws, nullptr); }, false, 128},
     {"wgmma det bwd, dK/dV pp", [](auto& p, void* ws) { launch_hopper_two_passes_with<T, HopperBackwardTile<128, 64, 2, 128, false, true>>(p, ws, nullptr); }, false, 128},
-    // The library's shape with each compute warpgroup waiting for a free dQ buffer on its own
-    // (SplitDqEmpty), dS^T's reuse ordered by kDsFree.
-    {"wgmma bwd split dQ-empty", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap split dQ-empty", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+    // The library's shape before SplitDqEmpty (2026-12-05): both compute warpgroups and the
+    // reducing warps on one dQ-empty barrier per buffer.
+    {"wgmma bwd shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
