@@ -264,7 +264,7 @@ struct HopperAtomicBackwardConfig<128>
 // d64: dS^T by 32-bit stores (StmatrixDs off; measured at the store).
 template <>
 struct HopperAtomicBackwardConfig<64>
-    : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false> {};
+    : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true> {};
 // d96: d128's atomic shape; the dQ products run on d128's columns (K's columns past 96 are zeros)
 // and the reducing warps add 96 floats of each row. Measured on the H200 (bf16, causal, 16 heads,
 // tile_shapes, 2026-12-02 00:50 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: 257.8 /
