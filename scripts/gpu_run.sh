@@ -40,7 +40,7 @@
 #   timeline: the clock64 timelines of the d128 atomic backward (the library's, and any
 #   experiment's config added to backward_timeline.cu's kConfigs), per block and per tile, and of
 #   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
-#   TIMELINE_POINTS=64x1k,16x4k: those points only);
+#   TIMELINE_POINTS=64x1k,16x4k: those points only; TIMELINE_DIRECTIONS=backward: that one only);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; 9 = 4 x 16k with a window of 2048; PROFILE_D: the head dim, default
 #   128; PROFILE_SKIP: launches of the kernel skipped (default 2: for hopper_backward_kernel a
@@ -147,7 +147,7 @@ if [[ $want == *" test "* ]]; then
       pytest -q -ra tests/python/test_cuda_attention.py
 fi
 if [[ $want == *" timeline "* ]]; then
-  for direction in backward forward; do
+  for direction in ${TIMELINE_DIRECTIONS:-backward forward}; do
     [ -x $bin/${direction}_timeline ] &&
       step bench.log ${direction}_timeline 180 $bin/${direction}_timeline ${TIMELINE_POINTS:-}
   done
