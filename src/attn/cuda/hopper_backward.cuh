@@ -87,16 +87,21 @@ namespace varpack::cuda {
 // one 32-bit store per register.
 // SplitDqEmpty (atomic dQ): each compute warpgroup waits for a free dQ buffer on a barrier of its
 // own with the reducing warps, not for the other warpgroup too (see the kernel).
+// DeferDq (with SplitDqEmpty; an experiment, tile_shapes, 2026-12-05): tile it's dQ product runs
+// in the next tile's products, so that the other warpgroup's dS^T it reads was stored a tile
+// earlier and neither warpgroup waits for the other's at every tile: two dS^T buffers, and for
+// shared memory one dQ buffer (see the kernel).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false>
+          bool SplitDqEmpty = false, bool DeferDq = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
   static_assert(!SplitColumns || DataD == D, "halves of whole 64-column blocks");
   static_assert(!SplitScores || (SplitColumns && !PingPong),
                 "scores split by queries: both warpgroups on the same keys, a barrier a tile");
+  static_assert(!DeferDq || SplitDqEmpty, "dS^T's buffers freed per warpgroup");
   static constexpr int kD = D;
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
@@ -109,6 +114,7 @@ struct HopperBackwardTile {
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
+  static constexpr bool kDeferDq = DeferDq;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -127,7 +133,10 @@ struct HopperBackwardTile {
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;
-  static constexpr int kDqBuffers = 2;  // the reducing warps read one while the other fills
+  // The reducing warps read one dQ buffer while the other fills (DeferDq: one, for its second
+  // dS^T buffer's 16 KB).
+  static constexpr int kDqBuffers = DeferDq ? 1 : 2;
+  static constexpr int kDsBuffers = DeferDq ? 2 : 1;
   // The two compute warpgroups split dQ's kQueryStep x D tile (wgmma rows come in 64s): a 64-row
   // tile by columns, a 128-row one by rows. Each computes kDqRowBlocks == 1 ? all 64 rows x D / 2
   // columns : its own 64 rows x D columns.
@@ -145,7 +154,8 @@ struct HopperBackwardTile {
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
   // dS^T (atomic dQ); with SplitScores two buffers of P^T and dS^T.
   static constexpr int kDqOffset =
-      kDsOffset + (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : DsTile::kBytes);
+      kDsOffset +
+      (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : kDsBuffers * DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
   static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
@@ -264,7 +274,7 @@ struct HopperAtomicBackwardConfig<128>
 // d64: dS^T by 32-bit stores (StmatrixDs off; measured at the store).
 template <>
 struct HopperAtomicBackwardConfig<64>
-    : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true> {};
+    : HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false> {};
 // d96: d128's atomic shape; the dQ products run on d128's columns (K's columns past 96 are zeros)
 // and the reducing warps add 96 floats of each row. Measured on the H200 (bf16, causal, 16 heads,
 // tile_shapes, 2026-12-02 00:50 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: 257.8 /
@@ -311,6 +321,10 @@ enum HopperBackwardBarrier : int {
   // SplitDqEmpty: kDqEmpty + buffer for compute warpgroup 0 only, this + buffer for warpgroup 1.
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
+  // DeferDq, per dS^T buffer: kDsFree's for buffer 0 and these (kTurn's, which atomic dQ never
+  // uses) for buffer 1; kDsStored + 2 * warpgroup + buffer: the other warpgroup's rows are stored.
+  kDsFreeOdd = 6,
+  kDsStored = 12,
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -351,6 +365,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
+  // DeferDq (an experiment, tile_shapes): products(it) runs tile it - 1's dQ product, which reads
+  // both warpgroups' dS^T of that tile from its buffer ((it - 1) % 2), stored one tile earlier:
+  // a warpgroup waits for the other's rows (kDsStored, an arrival right after its stores) only
+  // when the other is a tile behind, and overwrites its own rows of a buffer (two tiles later)
+  // once the other's dQ product has read them (its kDsFree / kDsFreeOdd arrival); one barrier id
+  // per buffer, so that an arrival never meets the next one's on the same barrier. The last
+  // tile's dQ product runs after the loop.
+  constexpr bool kDeferDq = Cfg::kDeferDq && kAtomicDq;
+  constexpr int kDsBuffers = kDeferDq ? 2 : 1;
+  // (Tile -1: DeferDq's first tile's dQ product, see issue_dq, reads buffer 1.)
+  auto ds_buffer = [](int it) {
+    return static_cast<uint32_t>(it & (kDsBuffers - 1)) * DsTile::kBytes;
+  };
+  auto ds_free = [](int w, int it) { return (kDeferDq && (it & 1) ? kDsFreeOdd : kDsFree) + w; };
 
   const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
@@ -815,8 +843,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // SplitDqEmpty: this warpgroup's dS^T rows are free once the other warpgroup's dQ product of
       // the previous tile has read them (its arrival) and its own warps' have (they reach this
       // sync only past their wait for it); without it, both warpgroups' kDqEmpty sync orders it.
+      // DeferDq: the buffer's previous dQ product was tile it - 2's (tile 1: the first tile's).
       if constexpr (kSplitDqEmpty)
-        if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
+        if (it > 0) named_barrier_sync(ds_free(wg, it), Cfg::kComputeThreads);
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
@@ -826,7 +855,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
           dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
           if constexpr (kAtomicDq && !Cfg::kStmatrixDs)
-            st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+            st_shared_b32(sDs + ds_buffer(it) + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
                           dsf[i / 2][(i & 1) * 2 + r]);
         }
       if constexpr (kAtomicDq && Cfg::kStmatrixDs) {
@@ -848,13 +877,71 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
-          stmatrix_x4(sDs + DsTile::offset(warp * 16 + lane % 8 + 8 * (block % 2),
-                                           2 * k + block / 2),
+          stmatrix_x4(sDs + ds_buffer(it) +
+                          DsTile::offset(warp * 16 + lane % 8 + 8 * (block % 2), 2 * k + block / 2),
                       dsf[k]);
       }
       if constexpr (kAtomicDq) fence_proxy_async();
+      if constexpr (kDeferDq)
+        named_barrier_arrive(kDsStored + 2 * (1 - wg) + it % 2, Cfg::kComputeThreads);
     }
     VARPACK_BACKWARD_STAMP(kScoresDone);
+  };
+  // Tile dq_it's dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T
+  // read MN-major, B = K read MN-major (rows = keys), once every warp's dS^T rows of the tile are
+  // in shared memory. (Without DeferDq the previous tile's were free to overwrite: both
+  // warpgroups' dQ products of it had completed, kDsFree or kDqEmpty.)
+  // DeferDq's first tile issues one too, of tile -1 (dS^T buffer 1, not yet written; its result
+  // is dropped, and the other warpgroup writes that buffer only after it has landed): a dQ
+  // product issued or not in a branch made ptxas serialize the products (C7515), one peeled off
+  // the loop made it spill into serialization (C7512), and one from K's tile (a select of the
+  // base) made it inject a warpgroup.arrive (C7519).
+  auto issue_dq = [&](int dq_it, float (&dq)[kDqCols / 2]) {
+    if constexpr (kDeferDq) {
+      if (dq_it >= 0) named_barrier_sync(kDsStored + 2 * wg + dq_it % 2, Cfg::kComputeThreads);
+    } else {
+      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+    }
+    VARPACK_BACKWARD_STAMP(kDsReadyPassed);
+    pin_registers(dq);
+    wgmma_fence();
+    if constexpr (kDeferDq) {
+      const GmmaOperand<true> rows(sDs + ds_buffer(dq_it) + (dq_row0 / 64) * DsTile::kBlockBytes,
+                                   DsTile::kBlockBytes);
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        Wgmma<T, kDqCols>::template ss<1, 1>(dq, rows.at(kk * 2048), k_cols.at(kk * 2048),
+                                              kk > 0);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        Wgmma<T, kDqCols>::template ss<1, 1>(
+            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
+    }
+    wgmma_commit();
+  };
+  // Hands tile dq_it's landed dQ to the reducing warps. Accumulator rows are queries dq_row0 +
+  // (warp % 4) * 16 + g + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
+  auto hand_off_dq = [&](int dq_it, float (&dq)[kDqCols / 2]) {
+    pin_registers(dq);
+    const int b = dq_it % Cfg::kDqBuffers;
+    if constexpr (kSplitDqEmpty) {
+      named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
+    } else {
+      named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
+    }
+    VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t row = sDq + b * Cfg::kDqBytes +
+                           (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                           (dq_col0 + 2 * qd) * 4;
+#pragma unroll
+      for (int n = 0; n < kDqCols / 8; ++n)
+        st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+    }
+    fence_proxy_async();  // before the bulk reductions read them
+    named_barrier_arrive(kDqFull + b, kDqHandoff);
   };
   auto products = [&](int it) {
     const int s = it % kStages;
@@ -883,21 +970,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDvIssued);
-      // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
-      // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
-      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
-      VARPACK_BACKWARD_STAMP(kDsReadyPassed);
-
-      // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
-      // MN-major, B = K read MN-major (rows = keys).
+      // dQ's product, then dK's; dQ is handed off once dV's and dQ's have landed (DeferDq: of the
+      // previous tile; at the first a product whose result is dropped, see issue_dq).
+      const int dq_it = kDeferDq ? it - 1 : it;
       float dq[kDqCols / 2];
-      pin_registers(dq);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        Wgmma<T, kDqCols>::template ss<1, 1>(
-            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
-      wgmma_commit();
+      issue_dq(dq_it, dq);
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
         Wgmma<T, kOwnCols>::template rs<1>(
@@ -905,32 +982,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDqDkIssued);
       wgmma_wait<1>();  // dV's and dQ's products
-      pin_registers(dq);
       VARPACK_BACKWARD_STAMP(kDvDqLanded);
-
-      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
-      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
-      const int b = it % Cfg::kDqBuffers;
-      if constexpr (kSplitDqEmpty) {
-        // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite its
-        // rows (the last tile's arrival would be left pending, so none).
-        if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
-        named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
-      } else {
-        named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
-      }
-      VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t row = sDq + b * Cfg::kDqBytes +
-                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                             (dq_col0 + 2 * qd) * 4;
-#pragma unroll
-        for (int n = 0; n < kDqCols / 8; ++n)
-          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-      }
-      fence_proxy_async();  // before the bulk reductions read them
-      named_barrier_arrive(kDqFull + b, kDqHandoff);
+      // SplitDqEmpty: this warpgroup's dQ product has read both warpgroups' dS^T of the buffer:
+      // the other may overwrite its rows (an arrival only where the other will wait for it, at
+      // tile dq_it + kDsBuffers, so none is left pending).
+      if constexpr (kSplitDqEmpty)
+        if (dq_it + kDsBuffers < iters)
+          named_barrier_arrive(ds_free(1 - wg, dq_it), Cfg::kComputeThreads);
+      if (!kDeferDq || dq_it >= 0) hand_off_dq(dq_it, dq);
     } else if constexpr (kSplitScores) {
       // P^T and dS^T from this tile's buffer, K-major (rows = keys, k-step kk = 16 queries).
       const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
@@ -976,6 +1035,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       scores(it);
       products(it);
       finish(it);
+    }
+  }
+  if constexpr (kDeferDq) {
+    if (iters > 0) {  // the last tile's dQ (every product before it has landed: finish)
+      float dq[kDqCols / 2];
+      issue_dq(iters - 1, dq);
+      wgmma_wait<0>();
+      hand_off_dq(iters - 1, dq);
     }
   }
   pin_registers(dv);

@@ -34,6 +34,9 @@ struct LibraryConfig : HopperAtomicBackwardConfig<128> {};
 // tile_shapes' "wgmma bwd shared dQ-empty (before)": the library's before SplitDqEmpty.
 struct SharedDqEmptyConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
                                                 true, true, false> {};
+// tile_shapes' "wgmma bwd defer dQ" (DeferDq).
+struct DeferDqConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true,
+                                          true, true, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -42,6 +45,7 @@ struct TimedConfig {
 const TimedConfig kConfigs[] = {
     {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
     {"shared", launch_hopper_backward_atomic_with<__nv_bfloat16, SharedDqEmptyConfig>},
+    {"defer", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.

@@ -28,10 +28,10 @@ std::vector<Variant> d64_variants() {
     {"mma bwd d64 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward_atomic_with<T, DkdvConfig<64>>(p, ws, nullptr); }, false, 64},
     {"wgmma bwd d64 (lib, atomic q128)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64},
     {"wgmma bwd d64 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 64>(p, ws, nullptr); }, false, 64, true},
-    // The library's shape before SplitDqEmpty (2026-12-05): both compute warpgroups and the
-    // reducing warps on one dQ-empty barrier per buffer.
-    {"wgmma bwd d64 shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, false>>(p, ws, nullptr); }, false, 64},
-    {"wgmma bwd d64 softcap shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, false>>(p, ws, nullptr); }, false, 64, true},
+    // Each compute warpgroup waiting for a free dQ buffer on a barrier of its own (SplitDqEmpty,
+    // d128's and d96's library since 2026-12-05; not yet measured at d64).
+    {"wgmma bwd d64 split dQ-empty", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
+    {"wgmma bwd d64 softcap split dQ-empty", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64, true},
     // Claimed dQ rows (HopperBackwardTile's ClaimDqRows; d64's library clears the accumulator).
     {"wgmma bwd d64 claimed dQ rows", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<64, 128, 2, 64, false, false, false, false, false, true>>(p, ws, nullptr); }, false, 64},
     // K, V and the first query tile issued by the producer (TmaPrologue; d64's library keeps
