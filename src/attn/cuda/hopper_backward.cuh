@@ -350,10 +350,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // The compute threads + the reducing warps.
   constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
   // SplitDqEmpty: each compute warpgroup waits for a free dQ buffer on a barrier of its own with
-  // the reducing warps, not for the other warpgroup too (the
-  // 2026-12-05 timelines: a buffer returned ~1,000 clocks sooner by the reducing warps left the
-  // compute warps' ~300-clock wait for it unchanged, so the other warpgroup may be what they
-  // wait for); the dS^T rows the other warpgroup's dQ product reads are then guarded by kDsFree.
+  // the reducing warps, not for the other warpgroup too (the 2026-12-05 timelines: a buffer
+  // returned ~1,000 clocks sooner by the reducing warps left the compute warps' ~300-clock wait
+  // for it unchanged, so the other warpgroup may be what they waited for); the dS^T rows the
+  // other warpgroup's dQ product reads are then guarded by kDsFree.
   constexpr bool kSplitDqEmpty = Cfg::kSplitDqEmpty && kAtomicDq;
   constexpr int kDqEmptyCount =
       (kSplitDqEmpty ? Cfg::kComputeThreads / 2 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
@@ -843,7 +843,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // SplitDqEmpty: this warpgroup's dS^T rows are free once the other warpgroup's dQ product of
       // the previous tile has read them (its arrival) and its own warps' have (they reach this
       // sync only past their wait for it); without it, both warpgroups' kDqEmpty sync orders it.
-      // DeferDq: the buffer's previous dQ product was tile it - 2's (tile 1: the first tile's).
+      // DeferDq: the buffer's previous dQ product was tile it - 2's (at tile 1, the dropped one).
       if constexpr (kSplitDqEmpty)
         if (it > 0) named_barrier_sync(ds_free(wg, it), Cfg::kComputeThreads);
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
