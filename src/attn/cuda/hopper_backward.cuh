@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // per buffer, so that an arrival never meets the next one's on the same barrier. The last
   // tile's dQ product runs after the loop.
   constexpr bool kDeferDq = Cfg::kDeferDq && kAtomicDq;
-  constexpr int kDsBuffers = kDeferDq ? 2 : 1;
+  constexpr int kDsBuffers = Cfg::kDsBuffers;  // the layout's (only atomic dQ stores dS^T there)
   // (Tile -1: DeferDq's first tile's dQ product, see issue_dq, reads buffer 1.)
   auto ds_buffer = [](int it) {
     return static_cast<uint32_t>(it & (kDsBuffers - 1)) * DsTile::kBytes;
