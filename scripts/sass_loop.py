@@ -56,15 +56,18 @@ def instructions(body):
 def main_loop(code, labels):
     """(start, end) of the innermost backward branch's range with the most HGMMA instructions
     (innermost: holding no shorter such range; a kernel's first tile peeled off its loop puts
-    wgmma instructions outside it too)."""
+    wgmma instructions outside it too). A range holding an EXIT is no loop of the kernel's: ptxas
+    places the retry of a wait (mbarrier try_wait) out of line past the function's exits, with a
+    branch back into the body."""
     hgmma = [a for a, text, _ in code if "HGMMA" in text]
+    exits = [a for a, text, _ in code if opcode(text) == "EXIT"]
     loops = []
     for address, text, _ in code:
         m = re.search(r"BRA.*?(\.L_x_\d+)", text)
         if m and labels.get(m.group(1), address + 1) < address:
             start = labels[m.group(1)]
             count = sum(start <= a <= address for a in hgmma)
-            if count:
+            if count and not any(start <= a <= address for a in exits):
                 loops.append((start, address, count))
     innermost = [(s, e, n) for s, e, n in loops
                  if not any(s <= s2 and e2 <= e and (s2, e2) != (s, e) for s2, e2, _ in loops)]

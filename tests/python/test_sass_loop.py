@@ -43,6 +43,33 @@ def test_loop_mix_and_local_memory(tmp_path):
     assert "k.cuh:12" in lines[4] and "STL" in lines[4]
 
 
+# A wait's retry placed out of line past the exit, with a branch back into the body: its range
+# holds more HGMMA instructions than the loop, and an EXIT.
+SASS_RETRY = """
+//--------------------- .text._Z6kernelv --------------------------
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_2:
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+.L_x_1:
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0030*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0040*/               @P0 BRA `(.L_x_1) ;
+        /*0050*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0060*/                   EXIT ;
+        /*0070*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R0 ;
+        /*0080*/                   BRA `(.L_x_2) ;
+"""
+
+
+def test_out_of_line_retry_is_not_the_loop(tmp_path):
+    sass = tmp_path / "k.sass"
+    sass.write_text(SASS_RETRY)
+    result = subprocess.run([sys.executable, str(SCRIPT), str(sass), "kernel"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].strip() == "loop 0x20-0x40: 3 instructions"
+
+
 def test_unknown_kernel_is_an_error(tmp_path):
     result = run(tmp_path, "missing")
     assert result.returncode != 0

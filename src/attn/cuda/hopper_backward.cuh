@@ -47,11 +47,11 @@ namespace varpack::cuda {
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
 // columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
 // in shared memory.
-// PingPong (only without atomic dQ, whose dQ product joins the two compute warpgroups at every
-// tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
-// P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
-// forward; without it both issue at once, both wait, and the tensor cores idle while both compute
-// P^T and dS^T.
+// PingPong (without atomic dQ, whose dQ product joins the two compute warpgroups at every tile,
+// or with DeferDq): the compute warpgroups take turns to issue their products (named barriers), so
+// that one's P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in
+// the forward; without it both issue at once, both wait, and the tensor cores idle while both
+// compute P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
 // TmaPrologue: K and V by the TMA unit (a partial last key tile by the producer's cp.async, which
@@ -90,7 +90,8 @@ namespace varpack::cuda {
 // DeferDq (with SplitDqEmpty; an experiment, tile_shapes, 2026-12-05): tile it's dQ product runs
 // in the next tile's products, so that the other warpgroup's dS^T it reads was stored a tile
 // earlier and neither warpgroup waits for the other's at every tile: two dS^T buffers, and for
-// shared memory one dQ buffer (see the kernel).
+// shared memory one dQ buffer (see the kernel). With PingPong too (an experiment, 2026-12-05, not
+// yet run): the warpgroups then take turns as in the forward (IssueAhead does not apply).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
@@ -317,13 +318,15 @@ enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
-  kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
+  kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong)
   // SplitDqEmpty: kDqEmpty + buffer for compute warpgroup 0 only, this + buffer for warpgroup 1.
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
-  // DeferDq, per dS^T buffer: kDsFree's for buffer 0 and these (kTurn's, which atomic dQ never
-  // uses) for buffer 1; kDsStored + 2 * warpgroup + buffer: the other warpgroup's rows are stored.
-  kDsFreeOdd = 6,
+  // DeferDq (one dQ buffer, so kDqEmpty + 1 is free): warpgroup 1's dQ-empty barrier is
+  // kDqEmpty + 1, and kDsFree's of dS^T buffer 1 are kDqEmptyWg1's ids, so that kTurn's stay free
+  // for ping-pong; kDsStored + 2 * warpgroup + buffer: the other warpgroup's rows are stored.
+  kDeferDqEmptyWg1 = kDqEmpty + 1,
+  kDsFreeOdd = kDqEmptyWg1,
   kDsStored = 12,
 };
 
@@ -357,9 +360,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kSplitDqEmpty = Cfg::kSplitDqEmpty && kAtomicDq;
   constexpr int kDqEmptyCount =
       (kSplitDqEmpty ? Cfg::kComputeThreads / 2 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
+  // Warpgroup 1's dQ-empty barrier (SplitDqEmpty; DeferDq: see HopperBackwardBarrier).
+  constexpr int kDqEmptyOfWg1 = Cfg::kDeferDq ? kDeferDqEmptyWg1 : kDqEmptyWg1;
   auto release_dq_buffer = [&](int b) {  // the reducing warps' arrival(s)
     named_barrier_arrive(kDqEmpty + b, kDqEmptyCount);
-    if constexpr (kSplitDqEmpty) named_barrier_arrive(kDqEmptyWg1 + b, kDqEmptyCount);
+    if constexpr (kSplitDqEmpty) named_barrier_arrive(kDqEmptyOfWg1 + b, kDqEmptyCount);
   };
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
@@ -659,8 +664,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const bool key_in[2] = {key0 < seq.k_len, key0 + 8 < seq.k_len};
   // Turns (kPingPong): warpgroup w issues a group of products when barrier kTurn + w lets it, then
   // lets the other go. Warpgroup 1 lets warpgroup 0 go once before anything, and warpgroup 0
-  // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending.
-  constexpr bool kPingPong = Cfg::kPingPong && !kAtomicDq;
+  // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending. With
+  // atomic dQ only with DeferDq, whose dQ product no longer joins the warpgroups at every tile
+  // (each waits only for the other's dS^T of the previous tile, stored before the other's turn
+  // that precedes its own); a warpgroup's turn ends once its products are issued, before its
+  // waits for them and for a free dQ buffer.
+  constexpr bool kPingPong = Cfg::kPingPong && (!kAtomicDq || kDeferDq);
   constexpr int kTurnThreads = 256;  // the warpgroup that waits + the one that lets it go
   if constexpr (kPingPong) {
     if (wg == 1) named_barrier_arrive(kTurn, kTurnThreads);
@@ -926,7 +935,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     pin_registers(dq);
     const int b = dq_it % Cfg::kDqBuffers;
     if constexpr (kSplitDqEmpty) {
-      named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
+      named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyOfWg1) + b, kDqEmptyCount);
     } else {
       named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
     }
@@ -980,6 +989,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Wgmma<T, kOwnCols>::template rs<1>(
             dk, dsf[kk], q_cols.at(kk * 2048), 1);
       wgmma_commit();
+      end_turn();
       VARPACK_BACKWARD_STAMP(kDqDkIssued);
       wgmma_wait<1>();  // dV's and dQ's products
       VARPACK_BACKWARD_STAMP(kDvDqLanded);
@@ -1011,7 +1021,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       wgmma_commit();
     }
-    end_turn();
+    if constexpr (!kAtomicDq) end_turn();
     VARPACK_BACKWARD_STAMP(kProductsDone);
   };
   auto finish = [&](int it) {

@@ -37,6 +37,9 @@ struct SharedDqEmptyConfig : HopperBackwardTile<128, 64, 2, 128, false, false, t
 // tile_shapes' "wgmma bwd defer dQ" (DeferDq).
 struct DeferDqConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true,
                                           true, true, true> {};
+// tile_shapes' "wgmma bwd defer dQ pp" (DeferDq with PingPong).
+struct DeferDqPingPongConfig : HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true,
+                                                  true, true, true, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -46,6 +49,7 @@ const TimedConfig kConfigs[] = {
     {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
     {"shared", launch_hopper_backward_atomic_with<__nv_bfloat16, SharedDqEmptyConfig>},
     {"defer", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqConfig>},
+    {"defer-pp", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqPingPongConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.
