@@ -7,7 +7,7 @@
 # Needs only what the GPU image has (torch with CUDA, nvcc, cmake): neither build uses simdjson, so
 # nothing has to be carried (the extension leaves out the JSONL reader, see setup.py).
 # Usage: scripts/gpu_run.sh [notorch] [quick] [test] [bench] [peers] [sanitize] [tune] [tunesan]
-#   [timeline] [profile]
+#   [timeline] [rates] [profile]
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
@@ -41,6 +41,8 @@
 #   experiment's config added to backward_timeline.cu's kConfigs), per block and per tile, and of
 #   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
 #   TIMELINE_POINTS=64x1k,16x4k: those points only; TIMELINE_DIRECTIONS=backward: that one only);
+#   rates: the clocks an ex2 / tanh (f32, f16x2, bf16x2) / FMA takes a warp on a sub-partition,
+#   latency and throughput (experiments/pipe_rates.cu, a few seconds);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; 9 = 4 x 16k with a window of 2048; PROFILE_D: the head dim, default
 #   128; PROFILE_SKIP: launches of the kernel skipped (default 2: for hopper_backward_kernel a
@@ -94,7 +96,8 @@ cat "$out/machine.txt"
 
 # Standalone library, test, benchmark (and experiments) next to the torch extension.
 experiments=OFF
-[[ $want == *" tune "* || $want == *" tunesan "* || $want == *" timeline "* ]] && experiments=ON
+[[ $want == *" tune "* || $want == *" tunesan "* || $want == *" timeline "* ||
+   $want == *" rates "* ]] && experiments=ON
 torch=1
 [[ $want == *" notorch "* ]] && torch=0
 quick=0
@@ -152,6 +155,7 @@ if [[ $want == *" timeline "* ]]; then
       step bench.log ${direction}_timeline 180 $bin/${direction}_timeline ${TIMELINE_POINTS:-}
   done
 fi
+[[ $want == *" rates "* ]] && [ -x $bin/pipe_rates ] && step bench.log pipe_rates 60 $bin/pipe_rates
 # tune_round BINARY NAME: one round of tile_shapes. Where a variant hangs (tile_shapes names it on
 # a "HANG: <name> at <point>" line and exits with status 3), the round again without it
 # (TUNE_SKIP), at most twice, so that one stuck experiment does not cost the call.
