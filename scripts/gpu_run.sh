@@ -31,7 +31,8 @@
 #   TUNE_SUSTAIN_S=2: also 2 s of each variant's calls back to back a point, with their energy per
 #   call (at the power cap, where training runs);
 #   tunesan: compute-sanitizer memcheck and racecheck on tile_shapes' variants (TUNE_ONLY,
-#   TUNE_SKIP and TUNE_DIMS as for tune) at its "small" points (about 800 rows, MHA and GQA),
+#   TUNE_SKIP and TUNE_DIMS as for tune; TUNESAN_ONLY, if set, instead of TUNE_ONLY: e.g. only
+#   the experiments among the variants timed) at its "small" points (about 800 rows, MHA and GQA),
 #   each run once and checked, not timed: the experiments' barrier protocols, which the
 #   library's sanitizer steps never run (TUNESAN_S caps each of the two, default 150 s);
 #   BASELINE=dir: also the tile_shapes of the tree in dir (e.g. `git archive` of an earlier commit,
@@ -183,6 +184,8 @@ if [[ $want == *" tune "* ]] && [ -x $bin/tile_shapes ]; then
   fi
 fi
 if [[ $want == *" tunesan "* ]] && [ -x $bin/tile_shapes ]; then
+  # After tune's rounds, so that they keep TUNE_ONLY (an empty TUNE_ONLY would keep no variant).
+  [ -n "${TUNESAN_ONLY:-}" ] && export TUNE_ONLY=$TUNESAN_ONLY
   for tool in memcheck racecheck; do
     TUNE_POINTS=small TUNE_CHECK_ONLY=1 TUNE_DEADLINE_S=120 step tests.log "${tool}_tile_shapes" \
       "${TUNESAN_S:-150}" \
