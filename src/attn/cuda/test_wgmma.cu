@@ -29,6 +29,23 @@ __device__ void put(unsigned char* tile, int row, int col, bf16 value) {
       value;
 }
 
+// A's k-step fragments of this warp's 16 rows, in the mma.sync m16n8k16 A layout that wgmma's
+// register operand takes.
+__device__ void load_a_fragments(const bf16* a, int warp, int lane, uint32_t (&frag)[kK / 16][4]) {
+  auto at = [&](int m, int k) { return a[m * kK + k]; };
+  const int m = warp * 16 + lane / 4;
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    const int k = kk * 16 + 2 * (lane % 4);
+    const __nv_bfloat162 v[4] = {{at(m, k), at(m, k + 1)},
+                                 {at(m + 8, k), at(m + 8, k + 1)},
+                                 {at(m, k + 8), at(m, k + 9)},
+                                 {at(m + 8, k + 8), at(m + 8, k + 9)}};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) frag[kk][e] = *reinterpret_cast<const uint32_t*>(&v[e]);
+  }
+}
+
 // C[:, n0 .. n0 + N) = A B with A K-major in shared memory (kAMn = 0), MN-major (1) or in
 // registers (2), and B K-major (kBMn = 0) or MN-major (1).
 template <int N, int kAMode, int kBMn>
@@ -59,20 +76,7 @@ __global__ void product(const bf16* a, const bf16* b, float* c, int n0) {
   // A in registers (mode 2): every k-step's fragment is loaded before the first product, as the
   // kernels do, so no register the tensor cores read changes while they run.
   uint32_t frag[kK / 16][4];
-  if constexpr (kAMode == 2) {
-    auto at = [&](int m, int k) { return a[m * kK + k]; };
-    const int m = warp * 16 + g;
-#pragma unroll
-    for (int kk = 0; kk < kK / 16; ++kk) {
-      const int k = kk * 16 + 2 * qd;
-      const __nv_bfloat162 v[4] = {{at(m, k), at(m, k + 1)},
-                                   {at(m + 8, k), at(m + 8, k + 1)},
-                                   {at(m, k + 8), at(m, k + 9)},
-                                   {at(m + 8, k + 8), at(m + 8, k + 9)}};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) frag[kk][e] = *reinterpret_cast<const uint32_t*>(&v[e]);
-    }
-  }
+  if constexpr (kAMode == 2) load_a_fragments(a, warp, lane, frag);
 
   float d[N / 2];
 #pragma unroll
@@ -123,19 +127,9 @@ __global__ void row_sums(const bf16* a, float* c) {
   fence_proxy_async();
   __syncthreads();
   const int warp = t / 32, lane = t % 32, g = lane / 4, qd = lane % 4;
-  auto at = [&](int m, int k) { return a[m * kK + k]; };
   uint32_t frag[kK / 16][4];
+  load_a_fragments(a, warp, lane, frag);
   const int m = warp * 16 + g;
-#pragma unroll
-  for (int kk = 0; kk < kK / 16; ++kk) {
-    const int k = kk * 16 + 2 * qd;
-    const __nv_bfloat162 v[4] = {{at(m, k), at(m, k + 1)},
-                                 {at(m + 8, k), at(m + 8, k + 1)},
-                                 {at(m, k + 8), at(m, k + 9)},
-                                 {at(m + 8, k + 8), at(m + 8, k + 9)}};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) frag[kk][e] = *reinterpret_cast<const uint32_t*>(&v[e]);
-  }
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   pin_registers(d);
   wgmma_fence();
