@@ -195,8 +195,8 @@ struct Wgmma;
   };
 
 #define VARPACK_DEFINE_WGMMA_TYPE(CTYPE, PTXTYPE)                                   \
-  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 8, 4, "{%0, %1, %2, %3}", VARPACK_F4(0), "%6",  \
-                       "%4, %5, p, 1, 1, %7, %8", "%9",                             \
+  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 8, 4, "{%0, %1, %2, %3}", VARPACK_F4(0),     \
+                       "%6", "%4, %5, p, 1, 1, %7, %8", "%9",                       \
                        "{%4, %5, %6, %7}, %8, p, 1, 1, %10")                        \
   VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 32, 16, VARPACK_D16, VARPACK_F16(0), "%18",  \
                        "%16, %17, p, 1, 1, %19, %20", "%21",                        \
