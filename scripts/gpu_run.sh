@@ -41,7 +41,8 @@
 #   timeline: the clock64 timelines of the d128 atomic backward (the library's, and any
 #   experiment's config added to backward_timeline.cu's kConfigs), per block and per tile, and of
 #   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
-#   TIMELINE_POINTS=64x1k,16x4k: those points only; TIMELINE_DIRECTIONS=backward: that one only);
+#   TIMELINE_POINTS=64x1k,16x4k: those points only; TIMELINE_DIRECTIONS=backward: that one only;
+#   TIMELINE_CONFIGS=lib,convert: those backward configs only, by their kConfigs names);
 #   rates: the clocks an ex2 / tanh (f32, f16x2, bf16x2) / FMA takes a warp on a sub-partition,
 #   latency and throughput (experiments/pipe_rates.cu, a few seconds);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
@@ -152,8 +153,12 @@ if [[ $want == *" test "* ]]; then
 fi
 if [[ $want == *" timeline "* ]]; then
   for direction in ${TIMELINE_DIRECTIONS:-backward forward}; do
+    args=(${TIMELINE_POINTS:-})
+    if [[ $direction == backward && -n ${TIMELINE_CONFIGS:-} ]]; then
+      args=("${TIMELINE_POINTS:-64x1k,16x4k,4x16k,mixed}" "$TIMELINE_CONFIGS")
+    fi
     [ -x $bin/${direction}_timeline ] &&
-      step bench.log ${direction}_timeline 180 $bin/${direction}_timeline ${TIMELINE_POINTS:-}
+      step bench.log ${direction}_timeline 180 $bin/${direction}_timeline "${args[@]}"
   done
 fi
 [[ $want == *" rates "* ]] && [ -x $bin/pipe_rates ] && step bench.log pipe_rates 60 $bin/pipe_rates

@@ -92,10 +92,13 @@ namespace varpack::cuda {
 // earlier and neither warpgroup waits for the other's at every tile: two dS^T buffers, and for
 // shared memory one dQ buffer (see the kernel). With PingPong too (an experiment, 2026-12-05, not
 // yet run): the warpgroups then take turns as in the forward (IssueAhead does not apply).
+// ConvertDq (with ClaimDqRows; an experiment, tile_shapes, 2026-12-05, not yet run): the block
+// that adds last to a group of a query tile's dQ rows converts them (hopper_dq_accumulator.cuh's
+// count of adders), so no conversion pass runs after the kernel (see the reducing warps).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DeferDq = false>
+          bool SplitDqEmpty = false, bool DeferDq = false, bool ConvertDq = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -103,6 +106,8 @@ struct HopperBackwardTile {
   static_assert(!SplitScores || (SplitColumns && !PingPong),
                 "scores split by queries: both warpgroups on the same keys, a barrier a tile");
   static_assert(!DeferDq || SplitDqEmpty, "dS^T's buffers freed per warpgroup");
+  static_assert(!ConvertDq || (ClaimDqRows && QueryStep == 64),
+                "counted row groups of 32 rows, one a reducing warp");
   static constexpr int kD = D;
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
@@ -116,6 +121,7 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDeferDq = DeferDq;
+  static constexpr bool kConvertDq = ConvertDq;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -160,7 +166,8 @@ struct HopperBackwardTile {
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
   static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
-  static constexpr int kBarriers = 2 * kStages + 1;  // per stage: full, empty; K and V full
+  // Per stage: full, empty; K and V full; ConvertDq: a reducing warp's rows read back.
+  static constexpr int kBarriers = 2 * kStages + 1 + (ConvertDq ? kReducerWarps : 0);
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
@@ -337,7 +344,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const float* delta,
-                           float* dq_accum, uint32_t* dq_states, int64_t slots) {
+                           float* dq_accum, uint32_t* dq_states,
+                           const __grid_constant__ CUtensorMap dq_map, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
@@ -469,6 +477,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_init(stage_empty(s), Cfg::kComputeThreads);
     }
     if (kTmaPrologue) mbarrier_init(kv_full, Cfg::kLoadThreads);
+    if constexpr (Cfg::kConvertDq)
+      for (int w = 0; w < Cfg::kReducerWarps; ++w) mbarrier_init(kv_full + 8 * (1 + w), 1);
   }
   if (!kTmaPrologue && iters > 0) {
     load_kv(AllThreads{},
@@ -573,6 +583,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       uint32_t seen = kDqRowsStored;
       if constexpr (Cfg::kClaimDqRows)
         if (has_rows(cursor)) seen = peek_dq_rows(state_of(cursor));
+      // ConvertDq: a tile's group is taken off its count of adders one tile later, once the
+      // next tile's operations are issued (its own have long completed by then), and if this
+      // block was its last adder, the warp reads the group's rows back from L2 by the TMA unit
+      // into its own rows of the buffer just read, converts them and writes dQ before that
+      // buffer is released: the compute warpgroups next use it two tiles on, so the warp's time
+      // for it is not theirs. The arithmetic (not measured): the reducing warps are busy ~2,600
+      // of a ~4,300-clock tile; each tile adds the wait for the previous one's completion (it
+      // compiles to an invalidation of L1, CCTL.IVALL), a release (MEMBAR.GPU) and an atomic whose
+      // round trip overlaps the wait for this tile's reads; a conversion (~1,000 clocks for the
+      // read back, ~500 for the rows) comes once for every key tile that walks a query tile
+      // (about 16 at 16 x 4k, 4.5 at 64 x 1k). ptxas: the producer's 24 registers spill more here
+      // (d128 112 / 164 / 212 bytes of stack / spill stores / loads against 40 / 40 / 52).
+      constexpr bool kConvertDq = Cfg::kConvertDq;
+      [[maybe_unused]] const uint32_t read_back = kv_full + 8 * (1 + row_group);
+      [[maybe_unused]] uint32_t read_back_parity = 0;
+      // Whole warp: this warp's rows of the tile at c, complete in the accumulator, into dQ,
+      // through its rows of dQ buffer b.
+      [[maybe_unused]] auto convert_rows = [&](const TileCursor& c, int b) {
+        const int64_t m0 = tile_start(c) + row_group * 32;
+        const int h = hk * group + c.head;
+        const int64_t left = seq.q_len - m0;
+        convert_dq_rows<T, kDataD>(
+            dq_map, sDq + b * Cfg::kDqBytes + row_group * 32 * Cfg::kDqRowBytes, read_back,
+            read_back_parity, seq.q_begin + m0, left < 32 ? static_cast<int>(left) : 32, h,
+            static_cast<T*>(p.dq) + h * p.dq_head_stride, p.dq_row_stride, p.softmax_scale, lane);
+        read_back_parity ^= 1;
+      };
+      // The tile before c (c not the first): stepped back rather than kept, for registers.
+      [[maybe_unused]] auto before_cursor = [&](TileCursor c) {
+        if (c.tile == 0) {
+          c.tile = m_tiles;
+          --c.head;
+        }
+        --c.tile;
+        return c;
+      };
       for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
         const int b = it % kBuffers;
         const int h = hk * group + cursor.head;
@@ -585,7 +631,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         VARPACK_BACKWARD_STAMP(kReduceFull);
         bool first = false;
         if constexpr (Cfg::kClaimDqRows) {
-          first = first_to_dq_rows(state, seen, lane);
+          first = first_to_dq_rows<kConvertDq>(state, seen, lane);
           // One loop per operation, not the choice inside one loop: the reducing warps have 24
           // registers, and ptxas spilled inside the loop that chose.
           float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
@@ -606,6 +652,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         bulk_commit();
         VARPACK_BACKWARD_STAMP(kReduceIssued);
+        [[maybe_unused]] uint32_t before = 0;
+        if constexpr (kConvertDq) {
+          if (it > 0 && has_rows(before_cursor(cursor))) {
+            bulk_wait<1>();  // the previous tile's operations, all but this tile's group
+            before = take_dq_rows_adder(state_of(before_cursor(cursor)), lane);
+          }
+        }
         if constexpr (Cfg::kClaimDqRows) {
           TileCursor next = cursor;
           next.step(m_tiles);
@@ -614,10 +667,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bulk_wait_read<0>();
         VARPACK_BACKWARD_STAMP(kReduceRead);
         VARPACK_BACKWARD_COUNT(kReduceTiles);
-        if (it + kBuffers < iters) release_dq_buffer(b);
-        if (first) publish_dq_rows(state, lane);
+        if constexpr (kConvertDq) {
+          // Publish first, so that fewer values are live across the conversion (registers).
+          if (first) publish_dq_rows<kConvertDq>(state, lane);
+          if (last_dq_rows_adder(before)) convert_rows(before_cursor(cursor), b);  // before: 0
+          if (it + kBuffers < iters) release_dq_buffer(b);  // where no rows were taken off
+        } else {
+          if (it + kBuffers < iters) release_dq_buffer(b);
+          if (first) publish_dq_rows(state, lane);
+        }
       }
       bulk_wait_read<0>();
+      if constexpr (kConvertDq) {
+        const TileCursor last = before_cursor(cursor);  // the loop's last tile (iters > 0 here)
+        if (has_rows(last)) {
+          bulk_wait<0>();
+          const uint32_t before = take_dq_rows_adder(state_of(last), lane);
+          if (last_dq_rows_adder(before)) convert_rows(last, (iters - 1) % kBuffers);
+        }
+      }
     }
     return;
   }
@@ -1108,11 +1176,14 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                 ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
                                                 p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
                                 : CUtensorMap{};
+  // ConvertDq's read back of a reducing warp's 32 rows (the others pass an empty map).
+  CUtensorMap dq_map{};
+  if constexpr (Cfg::kConvertDq) dq_map = accumulator_rows_map(dq_accum, p.total_q, p.heads, D, 32);
   launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
-                       delta, dq_accum, dq_states);
+                       delta, dq_accum, dq_states, dq_map);
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With
@@ -1139,9 +1210,21 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
     float* dq_accum = reinterpret_cast<float*>(bytes + delta_workspace_bytes(p));
     uint32_t* dq_states =
         reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
+    const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
+    if constexpr (Cfg::kConvertDq) {
+      // Delta and the states with their counts of adders by query tiles; the kernel converts.
+      if (query_slots > 0 && p.heads > 0) {
+        const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
+        delta_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep, Cfg::kKeysPerBlock>
+            <<<grid, RowPass<Cfg::kDataD>::kThreads, 0, stream>>>(p, delta, dq_states,
+                                                                   query_slots);
+        check_launch("the backward Delta kernel by query tiles");
+      }
+      launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
+      return;
+    }
     launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
     launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
-    const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
     if (query_slots > 0 && p.heads > 0) {
       const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
       dq_convert_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep>

@@ -40,6 +40,9 @@ struct DeferDqConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, f
 // tile_shapes' "wgmma bwd defer dQ pp" (DeferDq with PingPong).
 struct DeferDqPingPongConfig : HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true,
                                                   true, true, true, true> {};
+// tile_shapes' "wgmma bwd convert dQ" (ConvertDq).
+struct ConvertDqConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true,
+                                            true, true, false, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -50,6 +53,7 @@ const TimedConfig kConfigs[] = {
     {"shared", launch_hopper_backward_atomic_with<__nv_bfloat16, SharedDqEmptyConfig>},
     {"defer", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqConfig>},
     {"defer-pp", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqPingPongConfig>},
+    {"convert", launch_hopper_backward_atomic_with<__nv_bfloat16, ConvertDqConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.

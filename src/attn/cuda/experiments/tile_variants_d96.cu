@@ -34,6 +34,7 @@ std::vector<Variant> d96_variants() {
     {"wgmma bwd d96 shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 96},
     {"wgmma bwd d96 defer dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 96},
     {"wgmma bwd d96 defer dQ pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, true, false, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 96},
+    {"wgmma bwd d96 convert dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 96},
     // The cleared accumulator (as at d128: tile_variants_d128_backward.cu).
     {"wgmma bwd d96 cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 96},
     // Softcap: the library's.
