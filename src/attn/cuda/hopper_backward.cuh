@@ -559,6 +559,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // 1, 8 or 16 rows or a whole tile per reduction (equal only at d64 64 x 1k), against this
       // layout in the same call (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
+      constexpr bool kConvertDq = Cfg::kConvertDq;
       const int row_group = warp - 2;
       const int lane = static_cast<int>(threadIdx.x) % 32;
       // The rows r of the tile with dq_row_group(r) == row_group.
@@ -583,19 +584,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       uint32_t seen = kDqRowsStored;
       if constexpr (Cfg::kClaimDqRows)
         if (has_rows(cursor)) seen = peek_dq_rows(state_of(cursor));
-      // ConvertDq: a tile's group is taken off its count of adders one tile later, once the
-      // next tile's operations are issued (its own have long completed by then), and if this
-      // block was its last adder, the warp reads the group's rows back from L2 by the TMA unit
-      // into its own rows of the buffer just read, converts them and writes dQ before that
-      // buffer is released: the compute warpgroups next use it two tiles on, so the warp's time
-      // for it is not theirs. The arithmetic (not measured): the reducing warps are busy ~2,600
-      // of a ~4,300-clock tile; each tile adds the wait for the previous one's completion (it
-      // compiles to an invalidation of L1, CCTL.IVALL), a release (MEMBAR.GPU) and an atomic whose
-      // round trip overlaps the wait for this tile's reads; a conversion (~1,000 clocks for the
-      // read back, ~500 for the rows) comes once for every key tile that walks a query tile
-      // (about 16 at 16 x 4k, 4.5 at 64 x 1k). ptxas: the producer's 24 registers spill more here
-      // (d128 112 / 164 / 212 bytes of stack / spill stores / loads against 40 / 40 / 52).
-      constexpr bool kConvertDq = Cfg::kConvertDq;
+      // ConvertDq: a tile's group is taken off its count of adders one tile later, while the
+      // warp waits for the next tile's dQ, and if this block was its last adder, the warp reads
+      // the group's rows back from L2 by the TMA unit into its own rows of the next tile's buffer
+      // once its reductions have read it, converts them and writes dQ before that buffer is
+      // released: the compute warpgroups next use it two tiles on, so the warp's time for it is
+      // not theirs. The arithmetic (not measured): the reducing warps are busy ~2,600 of a
+      // ~4,300-clock tile; each tile adds the wait for the previous one's completion (it
+      // compiles to an invalidation of L1, CCTL.IVALL, after which the warp's spilled registers
+      // come from L2), a release (MEMBAR.GPU) and an atomic, mostly while the warp would wait for
+      // the hand-off anyway, its round trip overlapping the tile's reductions; a conversion
+      // (~1,000 clocks for the read back, ~500 for the rows) comes once for every key tile that
+      // walks a query tile (about 16 at 16 x 4k, 4.5 at 64 x 1k). ptxas: the producer's 24 registers spill more here
+      // (d128 88 / 140 / 156 bytes of stack / spill stores / loads against 40 / 40 / 52).
       [[maybe_unused]] const uint32_t read_back = kv_full + 8 * (1 + row_group);
       [[maybe_unused]] uint32_t read_back_parity = 0;
       // Whole warp: this warp's rows of the tile at c, complete in the accumulator, into dQ,
@@ -627,6 +628,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
         [[maybe_unused]] uint32_t* state = state_of(cursor);
         VARPACK_BACKWARD_STAMP(kReduceStart);
+        // ConvertDq: the previous tile's group off its count while this warp waits for the
+        // tile's dQ (its only bulk group in flight, so that the release's MEMBAR.GPU does not
+        // wait behind this tile's reductions too).
+        [[maybe_unused]] uint32_t before = 0;
+        if constexpr (kConvertDq) {
+          if (it > 0 && has_rows(before_cursor(cursor))) {
+            bulk_wait<0>();
+            before = take_dq_rows_adder(state_of(before_cursor(cursor)), lane);
+          }
+        }
         named_barrier_sync(kDqFull + b, kDqHandoff);
         VARPACK_BACKWARD_STAMP(kReduceFull);
         bool first = false;
@@ -635,10 +646,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           // One loop per operation, not the choice inside one loop: the reducing warps have 24
           // registers, and ptxas spilled inside the loop that chose.
           float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
-          const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
+          [[maybe_unused]] const int64_t dst_step =
+              static_cast<int64_t>(kRowStep) * p.heads * kDataD;
           uint32_t src = sDq + b * Cfg::kDqBytes + first_row * Cfg::kDqRowBytes;
-          constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
-          if (first) {
+          [[maybe_unused]] constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
+          if constexpr (kConvertDq) {
+            // One row a lane (kBM == kRowStep): the loops' unrolled remainders cost registers,
+            // which ConvertDq has none to spare of.
+            static_assert(kBM == kRowStep, "one row a lane");
+            if (first_row < rows) {
+              if (first) {
+                bulk_store(dst, src, kDataD * 4);
+              } else {
+                bulk_reduce_add_f32(dst, src, kDataD * 4);
+              }
+            }
+          } else if (first) {
             for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
               bulk_store(dst, src, kDataD * 4);
           } else {
@@ -652,13 +675,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         bulk_commit();
         VARPACK_BACKWARD_STAMP(kReduceIssued);
-        [[maybe_unused]] uint32_t before = 0;
-        if constexpr (kConvertDq) {
-          if (it > 0 && has_rows(before_cursor(cursor))) {
-            bulk_wait<1>();  // the previous tile's operations, all but this tile's group
-            before = take_dq_rows_adder(state_of(before_cursor(cursor)), lane);
-          }
-        }
         if constexpr (Cfg::kClaimDqRows) {
           TileCursor next = cursor;
           next.step(m_tiles);
