@@ -595,8 +595,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // come from L2), a release (MEMBAR.GPU) and an atomic, mostly while the warp would wait for
       // the hand-off anyway, its round trip overlapping the tile's reductions; a conversion
       // (~1,000 clocks for the read back, ~500 for the rows) comes once for every key tile that
-      // walks a query tile (about 16 at 16 x 4k, 4.5 at 64 x 1k). ptxas: the producer's 24 registers spill more here
-      // (d128 88 / 140 / 156 bytes of stack / spill stores / loads against 40 / 40 / 52).
+      // walks a query tile (about 16 at 16 x 4k, 4.5 at 64 x 1k). ptxas: the producer's 24
+      // registers spill more here (d128 88 / 140 / 156 bytes of stack / spill stores / loads
+      // against 40 / 40 / 52).
       [[maybe_unused]] const uint32_t read_back = kv_full + 8 * (1 + row_group);
       [[maybe_unused]] uint32_t read_back_parity = 0;
       // Whole warp: this warp's rows of the tile at c, complete in the accumulator, into dQ,
@@ -685,9 +686,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         VARPACK_BACKWARD_COUNT(kReduceTiles);
         if constexpr (kConvertDq) {
           // Publish first, so that fewer values are live across the conversion (registers).
+          // `before` is 0 where no rows were taken off, so no conversion then.
           if (first) publish_dq_rows<kConvertDq>(state, lane);
-          if (last_dq_rows_adder(before)) convert_rows(before_cursor(cursor), b);  // before: 0
-          if (it + kBuffers < iters) release_dq_buffer(b);  // where no rows were taken off
+          if (last_dq_rows_adder(before)) convert_rows(before_cursor(cursor), b);
+          if (it + kBuffers < iters) release_dq_buffer(b);
         } else {
           if (it + kBuffers < iters) release_dq_buffer(b);
           if (first) publish_dq_rows(state, lane);
@@ -963,10 +965,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // +1.5% and softcap +1.7 to +6.4%; d64 (128-query tiles) -0.5 to +0.6%, but its softcap
         // kernel then spills 192 / 196 bytes against 140 / 144, and with the column-bound mask it
         // measured 200.2 / 303.0 / 258.3 against 213.5 / 327.6 / 278.0 at 64 x 1k / 16 x 4k / mixed
-        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried with it, not kept (bfa3872 holds the code): dQ staged by 16-byte
-        // stores, the accumulator's columns paired in the threads' order (the tile conversion
-        // reading them so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over
-        // stmatrix alone, and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
+        // (-6 to -8%, two rounds, 2026-12-04 21:25 UTC), so d64 keeps the 32-bit stores. Tried
+        // with it, not kept (bfa3872 holds the code): dQ staged by 16-byte stores, the
+        // accumulator's columns paired in the threads' order (the tile conversion reading them
+        // so) and its shared-memory rows padded by 16 floats: +0.1 to +0.3% over stmatrix alone,
+        // and alone 331.8 / 476.9 / 522.9 / 427.5 (-1 to -5%).
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
