@@ -155,7 +155,7 @@ if [[ $want == *" timeline "* ]]; then
   for direction in ${TIMELINE_DIRECTIONS:-backward forward}; do
     args=(${TIMELINE_POINTS:-})
     if [[ $direction == backward && -n ${TIMELINE_CONFIGS:-} ]]; then
-      args=("${TIMELINE_POINTS:-64x1k,16x4k,4x16k,mixed}" "$TIMELINE_CONFIGS")
+      args=("${TIMELINE_POINTS:-}" "$TIMELINE_CONFIGS")  # "": the binary's default points
     fi
     [ -x $bin/${direction}_timeline ] &&
       step bench.log ${direction}_timeline 180 $bin/${direction}_timeline "${args[@]}"

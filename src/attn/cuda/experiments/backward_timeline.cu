@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
   }
   constexpr int kCalls = 10;
   const std::string configs = argc > 2 ? argv[2] : "";  // empty: every config
-  for (const TimelinePoint& pt : timeline_points(argc > 1 ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
+  // An empty point list (argv[1] "") is the default one, so that configs can be named alone.
+  const bool points_given = argc > 1 && argv[1][0] != '\0';
+  for (const TimelinePoint& pt :
+       timeline_points(points_given ? argv[1] : "64x1k,16x4k,4x16k,mixed")) {
     double flops = 0;
     const AttentionBackwardParams p = problem.causal_params(pt.lens, &flops);
     launch_forward<__nv_bfloat16, 128>(p, nullptr);  // out and lse for the backward
