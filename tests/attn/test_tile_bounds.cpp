@@ -14,7 +14,6 @@
 #include <random>
 #include <set>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -272,39 +271,6 @@ TEST(TileBounds, WalksCoverWhatTheirTilesSee) {
             },
             [&](int64_t j, int64_t i) { return visible(s, m, i, j); });
       }
-}
-
-// key_tiles_walking: for every query tile, the number of key tiles whose walk takes it, counted
-// over all key tiles (the atomic backward's blocks that add to the tile's dQ; ConvertDq converts
-// the tile once that many have).
-TEST(TileBounds, KeyTilesWalkingCountsEveryWalker) {
-  for (const auto& [q_len, k_len] : length_pairs())
-    for (const Mask& m : masks()) {
-      const SequenceBounds s = bounds(q_len, k_len);
-      auto check = [&](auto key_tile_rows, auto query_tile_rows) {
-        constexpr int kBN = decltype(key_tile_rows)::value, kBM = decltype(query_tile_rows)::value;
-        for (int64_t m0 = 0; m0 < q_len; m0 += kBM) {
-          int walkers = 0;
-          for (int64_t k0 = 0; k0 < k_len; k0 += kBN) {
-            const TileWalk w =
-                tiles_over(queries_for_keys(s, k0, std::min<int64_t>(k0 + kBN, k_len), m.causal,
-                                            m.window_left, m.window_right),
-                           kBM);
-            walkers += w.first <= m0 && m0 < w.first + int64_t{w.count} * kBM;
-          }
-          ASSERT_EQ((key_tiles_walking<kBN, kBM>(s, m0, m.causal, m.window_left,
-                                                 m.window_right)),
-                    walkers)
-              << "q " << q_len << " k " << k_len << " causal " << m.causal << " window "
-              << m.window_left << "," << m.window_right << " tiles " << kBN << "x" << kBM
-              << " query tile " << m0;
-        }
-      };
-      check(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
-      check(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
-      check(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
-      check(std::integral_constant<int, 32>{}, std::integral_constant<int, 64>{});
-    }
 }
 
 // query_tile / key_tile: a block's rows and walk, as the kernels take them from a slot.

@@ -139,26 +139,6 @@ struct RowPass {
   __device__ __forceinline__ static int part() { return static_cast<int>(threadIdx.x) % kLanes; }
 };
 
-// Part `part` (8 elements) of sum_d dO[row, h, d] * O[row, h, d] (RowPass's layout).
-template <class T>
-__device__ __forceinline__ float dot_dout_out_part(const AttentionBackwardParams& p, int64_t row,
-                                                   int h, int part) {
-  const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) +
-                                                  row * p.dout_row_stride +
-                                                  h * p.dout_head_stride + part * 8);
-  const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.out) +
-                                                  row * p.out_row_stride + h * p.out_head_stride +
-                                                  part * 8);
-  const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = Mma<T>::unpack(aw[i]), y = Mma<T>::unpack(bw[i]);
-    acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
-  }
-  return acc;
-}
-
 // Delta[h, i] = sum_d dO[i, h, d] * O[i, h, d] for rows [0, total_q), and with dq_accum, that
 // row's fp32 dQ accumulator cleared (the atomic mode's zeroing, in the same pass), or with
 // dq_states (the Hopper atomic kernel's claimed dQ rows, hopper_dq_accumulator.cuh) its state word
@@ -176,7 +156,18 @@ __global__ void __launch_bounds__(RowPass<D>::kThreads)
   const bool valid = row < p.total_q && part < RowPass<D>::kParts;
   float acc = 0.f;
   if (valid) {
-    acc = dot_dout_out_part<T>(p, row, h, part);
+    const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) +
+                                                    row * p.dout_row_stride +
+                                                    h * p.dout_head_stride + part * 8);
+    const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.out) +
+                                                    row * p.out_row_stride +
+                                                    h * p.out_head_stride + part * 8);
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = Mma<T>::unpack(aw[i]), y = Mma<T>::unpack(bw[i]);
+      acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+    }
     if (dq_accum != nullptr) {
       float4* zero = reinterpret_cast<float4*>(dq_accum + (row * p.heads + h) * D + part * 8);
       zero[0] = zero[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -260,18 +251,14 @@ __device__ __forceinline__ void add_dq_tile(const AttentionBackwardParams& p, fl
     }
 }
 
-// c * (x, y) in the output type, 16 bytes.
-template <class T>
-__device__ __forceinline__ uint4 scaled_8(float c, float4 x, float4 y) {
-  return make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
-                    Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
-}
 // dq[row, h, part * 8 .. + 8) = scale * (x, y) in the output type (the atomic mode's conversion,
 // by rows here and by query tiles in hopper_dq_accumulator.cuh).
 template <class T>
 __device__ __forceinline__ void store_dq_part(const AttentionBackwardParams& p, int64_t row, int h,
                                               int part, float4 x, float4 y) {
-  const uint4 packed = scaled_8<T>(p.softmax_scale, x, y);
+  const float c = p.softmax_scale;
+  const uint4 packed = make_uint4(Mma<T>::pack(x.x * c, x.y * c), Mma<T>::pack(x.z * c, x.w * c),
+                                  Mma<T>::pack(y.x * c, y.y * c), Mma<T>::pack(y.z * c, y.w * c));
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + row * p.dq_row_stride + h * p.dq_head_stride +
                             part * 8) = packed;
 }

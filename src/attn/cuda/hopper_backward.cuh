@@ -47,11 +47,11 @@ namespace varpack::cuda {
 // of 64 keys, both compute warpgroups on all of them, each accumulating dK and dV for half of the
 // columns (both compute S^T and dP^T, but for SplitScores); only without atomic dQ, so without dQ
 // in shared memory.
-// PingPong (without atomic dQ, whose dQ product joins the two compute warpgroups at every tile,
-// or with DeferDq): the compute warpgroups take turns to issue their products (named barriers), so
-// that one's P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in
-// the forward; without it both issue at once, both wait, and the tensor cores idle while both
-// compute P^T and dS^T.
+// PingPong (only without atomic dQ, whose dQ product joins the two compute warpgroups at every
+// tile): the compute warpgroups take turns to issue their products (named barriers), so that one's
+// P^T / dS^T arithmetic runs while the other's products are on the tensor cores, as in the
+// forward; without it both issue at once, both wait, and the tensor cores idle while both compute
+// P^T and dS^T.
 // IssueAhead (without ping-pong): the tile loop runs one tile's products, then the next tile's
 // scores (see the kernel).
 // TmaPrologue: K and V by the TMA unit (a partial last key tile by the producer's cp.async, which
@@ -87,27 +87,16 @@ namespace varpack::cuda {
 // one 32-bit store per register.
 // SplitDqEmpty (atomic dQ): each compute warpgroup waits for a free dQ buffer on a barrier of its
 // own with the reducing warps, not for the other warpgroup too (see the kernel).
-// DeferDq (with SplitDqEmpty; an experiment, tile_shapes, 2026-12-05): tile it's dQ product runs
-// in the next tile's products, so that the other warpgroup's dS^T it reads was stored a tile
-// earlier and neither warpgroup waits for the other's at every tile: two dS^T buffers, and for
-// shared memory one dQ buffer (see the kernel). With PingPong too (an experiment, 2026-12-05, not
-// yet run): the warpgroups then take turns as in the forward (IssueAhead does not apply).
-// ConvertDq (with ClaimDqRows; an experiment, tile_shapes, 2026-12-05, not yet run): the block
-// that adds last to a group of a query tile's dQ rows converts them (hopper_dq_accumulator.cuh's
-// count of adders), so no conversion pass runs after the kernel (see the reducing warps).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DeferDq = false, bool ConvertDq = false>
+          bool SplitDqEmpty = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
   static_assert(!SplitColumns || DataD == D, "halves of whole 64-column blocks");
   static_assert(!SplitScores || (SplitColumns && !PingPong),
                 "scores split by queries: both warpgroups on the same keys, a barrier a tile");
-  static_assert(!DeferDq || SplitDqEmpty, "dS^T's buffers freed per warpgroup");
-  static_assert(!ConvertDq || (ClaimDqRows && QueryStep == 64),
-                "counted row groups of 32 rows, one a reducing warp");
   static constexpr int kD = D;
   static constexpr int kDataD = DataD;
   static constexpr bool kSplitColumns = SplitColumns;
@@ -120,8 +109,6 @@ struct HopperBackwardTile {
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
-  static constexpr bool kDeferDq = DeferDq;
-  static constexpr bool kConvertDq = ConvertDq;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -140,10 +127,7 @@ struct HopperBackwardTile {
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;
-  // The reducing warps read one dQ buffer while the other fills (DeferDq: one, for its second
-  // dS^T buffer's 16 KB).
-  static constexpr int kDqBuffers = DeferDq ? 1 : 2;
-  static constexpr int kDsBuffers = DeferDq ? 2 : 1;
+  static constexpr int kDqBuffers = 2;  // the reducing warps read one while the other fills
   // The two compute warpgroups split dQ's kQueryStep x D tile (wgmma rows come in 64s): a 64-row
   // tile by columns, a 128-row one by rows. Each computes kDqRowBlocks == 1 ? all 64 rows x D / 2
   // columns : its own 64 rows x D columns.
@@ -161,13 +145,11 @@ struct HopperBackwardTile {
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
   // dS^T (atomic dQ); with SplitScores two buffers of P^T and dS^T.
   static constexpr int kDqOffset =
-      kDsOffset +
-      (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : kDsBuffers * DsTile::kBytes);
+      kDsOffset + (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
   static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
-  // Per stage: full, empty; K and V full; ConvertDq: a reducing warp's rows read back.
-  static constexpr int kBarriers = 2 * kStages + 1 + (ConvertDq ? kReducerWarps : 0);
+  static constexpr int kBarriers = 2 * kStages + 1;  // per stage: full, empty; K and V full
   static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
@@ -230,40 +212,39 @@ struct HopperBackwardConfig<256>
 
 // The atomic-dQ backward's shape (head dims 64 and 128; launch_hopper_backward). d128: the next
 // tile's scores issued after this tile's dK (IssueAhead); measured on the H200 (bf16, causal, 16
-// heads, tile_shapes with the variants interleaved, 2026-12-01 17:36 UTC), TFLOP/s at 64 x 1k /
-// 16 x 4k / 4 x 16k / mixed: 282.7 / 417.6 / 475.4 / 372.4 against 279.8 / 411.7 / 469.6 / 368.1
-// without (+1.0-1.4%); at d96 (two passes, no atomic dQ) it measured 1.5-3% slower, so the
-// two-pass shapes above keep the plain loop. d64: 128-query tiles (ping-pong does not apply with
-// atomic dQ); since two warps add dQ it beats d64's two passes, the same call: 201.0 / 321.0 /
-// 373.2 / 269.5 against 182.5 / 278.4 / 317.2 / 233.0 (the 64-query shape with IssueAhead:
-// 199.9 / 295.7 / 335.2 / 253.6). Tried on 2026-12-02 01:50 UTC (two rounds, branch
-// wip/skip-dead-keys), not kept: on the first query tile of a key block, whose queries see none of
-// the second compute warpgroup's keys, that warpgroup skipping dV's and dK's products: d128 294.5
-// / 431.3 / 482.7 / 386.6 against 305.8 / 456.8 / 515.1 / 406.5 (ptxas: 4 fences injected).
-// Tried on 2026-12-02 08:20-09:00 UTC (tile_shapes, interleaved with this shape, bf16, causal, 16
-// heads), not kept: dV's product issued right after P^T, under the dS^T arithmetic (branch
-// wip/early-dv; no ptxas serialization), three rounds, the third: d128 309.6 -> 298.3 / 454.5 ->
-// 434.7 / 529.7 -> 499.2 / 425.5 -> 408.2 (-3 to -6% in all three), d96 -5 to -8%; an L2 prefetch of the K and V of
-// the block 16-64 places later in launch order by the reducing warps (branch wip/l2-prefetch),
-// d128 within +-0.5% (16 x 4k 457.8 -> 456.7-459.7), d64 -2 to -8% (more spills); issued before
-// the reducing warps released the dQ buffers it delayed the first hand-off, -6% at 64 x 1k. Tried
-// on 2026-12-02 14:15 UTC (tile_shapes, two rounds), not kept: dK and dV stored by the TMA unit as
-// the forward's output is (WarpRowsTmaOut, staged in K's and V's tiles), d128 and d96 -1.2 to
-// +0.2%, d64 -3 to -4%. Tried on 2026-12-02 17:25-17:45 UTC (tile_shapes, interleaved with a
-// block per work in one binary), not kept: a persistent atomic kernel (branch
-// wip/persistent-backward: a block per multiprocessor taking works from a counter zeroed by the
-// Delta pass, the producer's thread handing each work to the warps through shared memory, K and V
-// by the TMA unit and every query tile through one ring, so that the next work's search and first
-// tile ran under the current one; dK and dV staged in the dQ buffers, so that the next K and V
-// loaded during the epilogue), TFLOP/s persistent / a block per work at 64 x 1k / 16 x 4k / 4 x
-// 16k / mixed / 10% / 50% padding: d128 309.4 / 311.4, 449.4 / 456.1, 511.6 / 530.0, 414.1 /
-// 423.4, 432.7 / 441.0, 403.4 / 412.2; d96 -0.4 to -2.3%; d64 +8.6% at 64 x 1k, -0.3 to -3.7%
-// elsewhere. Its tile loop read the work's bounds from shared memory and reloaded 5 spilled
-// registers per tile (the block per work: none). Without the spills (one running iteration
-// number in the loop, the dS^T store addresses made per tile: 757 instructions a tile against the
-// block per work's 725; 18:10 UTC, two rounds): d128 +2.1 / +3.8% at 64 x 1k, +0.7 / -0.3% at 16
-// x 4k, -1.8 / -2.1% at 4 x 16k, -0.5 to -0.9% at mixed lengths and 10% / 50% padding; d96 -0.8
-// to -2.5%; d64 -7 to -10% from 4k (its loop then spilled). Tried on 2026-12-02 19:55 UTC
+// heads, tile_shapes with the variants interleaved, 2026-12-01 17:36 UTC), TFLOP/s at 64 x 1k / 16
+// x 4k / 4 x 16k / mixed: 282.7 / 417.6 / 475.4 / 372.4 against 279.8 / 411.7 / 469.6 / 368.1
+// without (+1.0-1.4%); at d96 (two passes, no atomic dQ) it measured 1.5-3% slower, so the two-pass
+// shapes above keep the plain loop. d64: 128-query tiles (ping-pong does not apply with atomic dQ);
+// since two warps add dQ it beats d64's two passes, the same call: 201.0 / 321.0 / 373.2 / 269.5
+// against 182.5 / 278.4 / 317.2 / 233.0 (the 64-query shape with IssueAhead: 199.9 / 295.7 / 335.2
+// / 253.6). Tried on 2026-12-02 01:50 UTC (two rounds, branch wip/skip-dead-keys), not kept: on the
+// first query tile of a key block, whose queries see none of the second compute warpgroup's keys,
+// that warpgroup skipping dV's and dK's products: d128 294.5 / 431.3 / 482.7 / 386.6 against 305.8
+// / 456.8 / 515.1 / 406.5 (ptxas: 4 fences injected). Tried on 2026-12-02 08:20-09:00 UTC
+// (tile_shapes, interleaved with this shape, bf16, causal, 16 heads), not kept: dV's product issued
+// right after P^T, under the dS^T arithmetic (branch wip/early-dv; no ptxas serialization), three
+// rounds, the third: d128 309.6 -> 298.3 / 454.5 -> 434.7 / 529.7 -> 499.2 / 425.5 -> 408.2 (-3 to
+// -6% in all three), d96 -5 to -8%; an L2 prefetch of the K and V of the block 16-64 places later
+// in launch order by the reducing warps (branch wip/l2-prefetch), d128 within +-0.5% (16 x 4k 457.8
+// -> 456.7-459.7), d64 -2 to -8% (more spills); issued before the reducing warps released the dQ
+// buffers it delayed the first hand-off, -6% at 64 x 1k. Tried on 2026-12-02 14:15 UTC
+// (tile_shapes, two rounds), not kept: dK and dV stored by the TMA unit as the forward's output is
+// (WarpRowsTmaOut, staged in K's and V's tiles), d128 and d96 -1.2 to +0.2%, d64 -3 to -4%. Tried
+// on 2026-12-02 17:25-17:45 UTC (tile_shapes, interleaved with a block per work in one binary), not
+// kept: a persistent atomic kernel (branch wip/persistent-backward: a block per multiprocessor
+// taking works from a counter zeroed by the Delta pass, the producer's thread handing each work to
+// the warps through shared memory, K and V by the TMA unit and every query tile through one ring,
+// so that the next work's search and first tile ran under the current one; dK and dV staged in the
+// dQ buffers, so that the next K and V loaded during the epilogue), TFLOP/s persistent / a block
+// per work at 64 x 1k / 16 x 4k / 4 x 16k / mixed / 10% / 50% padding: d128 309.4 / 311.4, 449.4 /
+// 456.1, 511.6 / 530.0, 414.1 / 423.4, 432.7 / 441.0, 403.4 / 412.2; d96 -0.4 to -2.3%; d64 +8.6%
+// at 64 x 1k, -0.3 to -3.7% elsewhere. Its tile loop read the work's bounds from shared memory and
+// reloaded 5 spilled registers per tile (the block per work: none). Without the spills (one running
+// iteration number in the loop, the dS^T store addresses made per tile: 757 instructions a tile
+// against the block per work's 725; 18:10 UTC, two rounds): d128 +2.1 / +3.8% at 64 x 1k, +0.7 /
+// -0.3% at 16 x 4k, -1.8 / -2.1% at 4 x 16k, -0.5 to -0.9% at mixed lengths and 10% / 50% padding;
+// d96 -0.8 to -2.5%; d64 -7 to -10% from 4k (its loop then spilled). Tried on 2026-12-02 19:55 UTC
 // (tile_shapes, two rounds, interleaved), not kept: the first query tile peeled off the loop, and
 // where it sees none of the second warpgroup's keys (every causal block's diagonal tile) that
 // warpgroup skipping it while the first computes the tile's whole dQ from its own keys (branch
@@ -325,16 +306,10 @@ enum HopperBackwardBarrier : int {
   kDsReady = 1,  // both compute warpgroups' dS^T rows are in shared memory
   kDqFull = 2,   // + buffer: the compute warpgroups have stored a tile's dQ there
   kDqEmpty = 4,  // + buffer: the reducing warps have read that buffer's previous dQ
-  kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong)
+  kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
   // SplitDqEmpty: kDqEmpty + buffer for compute warpgroup 0 only, this + buffer for warpgroup 1.
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
-  // DeferDq (one dQ buffer, so kDqEmpty + 1 is free): warpgroup 1's dQ-empty barrier is
-  // kDqEmpty + 1, and kDsFree's of dS^T buffer 1 are kDqEmptyWg1's ids, so that kTurn's stay free
-  // for ping-pong; kDsStored + 2 * warpgroup + buffer: the other warpgroup's rows are stored.
-  kDeferDqEmptyWg1 = kDqEmpty + 1,
-  kDsFreeOdd = kDqEmptyWg1,
-  kDsStored = 12,
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -344,8 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            const __grid_constant__ CUtensorMap dout_map,
                            const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const float* delta,
-                           float* dq_accum, uint32_t* dq_states,
-                           const __grid_constant__ CUtensorMap dq_map, int64_t slots) {
+                           float* dq_accum, uint32_t* dq_states, int64_t slots) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kD;
   constexpr int kDataD = Cfg::kDataD;
@@ -368,30 +342,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kSplitDqEmpty = Cfg::kSplitDqEmpty && kAtomicDq;
   constexpr int kDqEmptyCount =
       (kSplitDqEmpty ? Cfg::kComputeThreads / 2 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
-  // Warpgroup 1's dQ-empty barrier (SplitDqEmpty; DeferDq: see HopperBackwardBarrier).
-  constexpr int kDqEmptyOfWg1 = Cfg::kDeferDq ? kDeferDqEmptyWg1 : kDqEmptyWg1;
   auto release_dq_buffer = [&](int b) {  // the reducing warps' arrival(s)
     named_barrier_arrive(kDqEmpty + b, kDqEmptyCount);
-    if constexpr (kSplitDqEmpty) named_barrier_arrive(kDqEmptyOfWg1 + b, kDqEmptyCount);
+    if constexpr (kSplitDqEmpty) named_barrier_arrive(kDqEmptyWg1 + b, kDqEmptyCount);
   };
   using KvTile = typename Cfg::KvTile;
   using QTile = typename Cfg::QTile;
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
-  // DeferDq (an experiment, tile_shapes): products(it) runs tile it - 1's dQ product, which reads
-  // both warpgroups' dS^T of that tile from its buffer ((it - 1) % 2), stored one tile earlier:
-  // a warpgroup waits for the other's rows (kDsStored, an arrival right after its stores) only
-  // when the other is a tile behind, and overwrites its own rows of a buffer (two tiles later)
-  // once the other's dQ product has read them (its kDsFree / kDsFreeOdd arrival); one barrier id
-  // per buffer, so that an arrival never meets the next one's on the same barrier. The last
-  // tile's dQ product runs after the loop.
-  constexpr bool kDeferDq = Cfg::kDeferDq && kAtomicDq;
-  constexpr int kDsBuffers = Cfg::kDsBuffers;  // the layout's (only atomic dQ stores dS^T there)
-  // (Tile -1: DeferDq's first tile's dQ product, see issue_dq, reads buffer 1.)
-  auto ds_buffer = [](int it) {
-    return static_cast<uint32_t>(it & (kDsBuffers - 1)) * DsTile::kBytes;
-  };
-  auto ds_free = [](int w, int it) { return (kDeferDq && (it & 1) ? kDsFreeOdd : kDsFree) + w; };
 
   const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
@@ -477,8 +435,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_init(stage_empty(s), Cfg::kComputeThreads);
     }
     if (kTmaPrologue) mbarrier_init(kv_full, Cfg::kLoadThreads);
-    if constexpr (Cfg::kConvertDq)
-      for (int w = 0; w < Cfg::kReducerWarps; ++w) mbarrier_init(kv_full + 8 * (1 + w), 1);
   }
   if (!kTmaPrologue && iters > 0) {
     load_kv(AllThreads{},
@@ -559,7 +515,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // 1, 8 or 16 rows or a whole tile per reduction (equal only at d64 64 x 1k), against this
       // layout in the same call (2026-12-01 18:10 UTC; branch wip/dq-accum-layout, cuda.md).
       constexpr int kBuffers = Cfg::kDqBuffers;
-      constexpr bool kConvertDq = Cfg::kConvertDq;
       const int row_group = warp - 2;
       const int lane = static_cast<int>(threadIdx.x) % 32;
       // The rows r of the tile with dq_row_group(r) == row_group.
@@ -584,43 +539,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       uint32_t seen = kDqRowsStored;
       if constexpr (Cfg::kClaimDqRows)
         if (has_rows(cursor)) seen = peek_dq_rows(state_of(cursor));
-      // ConvertDq: a tile's group is taken off its count of adders one tile later, while the
-      // warp waits for the next tile's dQ, and if this block was its last adder, the warp reads
-      // the group's rows back from L2 by the TMA unit into its own rows of the next tile's buffer
-      // once its reductions have read it, converts them and writes dQ before that buffer is
-      // released: the compute warpgroups next use it two tiles on, so the warp's time for it is
-      // not theirs. The arithmetic (not measured): the reducing warps are busy ~2,600 of a
-      // ~4,300-clock tile; each tile adds the wait for the previous one's completion (it
-      // compiles to an invalidation of L1, CCTL.IVALL, after which the warp's spilled registers
-      // come from L2), a release (MEMBAR.GPU) and an atomic, mostly while the warp would wait for
-      // the hand-off anyway, its round trip overlapping the tile's reductions; a conversion
-      // (~1,000 clocks for the read back, ~500 for the rows) comes once for every key tile that
-      // walks a query tile (about 16 at 16 x 4k, 4.5 at 64 x 1k). ptxas: the producer's 24
-      // registers spill more here (d128 88 / 140 / 156 bytes of stack / spill stores / loads
-      // against 40 / 40 / 52).
-      [[maybe_unused]] const uint32_t read_back = kv_full + 8 * (1 + row_group);
-      [[maybe_unused]] uint32_t read_back_parity = 0;
-      // Whole warp: this warp's rows of the tile at c, complete in the accumulator, into dQ,
-      // through its rows of dQ buffer b.
-      [[maybe_unused]] auto convert_rows = [&](const TileCursor& c, int b) {
-        const int64_t m0 = tile_start(c) + row_group * 32;
-        const int h = hk * group + c.head;
-        const int64_t left = seq.q_len - m0;
-        convert_dq_rows<T, kDataD>(
-            dq_map, sDq + b * Cfg::kDqBytes + row_group * 32 * Cfg::kDqRowBytes, read_back,
-            read_back_parity, seq.q_begin + m0, left < 32 ? static_cast<int>(left) : 32, h,
-            static_cast<T*>(p.dq) + h * p.dq_head_stride, p.dq_row_stride, p.softmax_scale, lane);
-        read_back_parity ^= 1;
-      };
-      // The tile before c (c not the first): stepped back rather than kept, for registers.
-      [[maybe_unused]] auto before_cursor = [&](TileCursor c) {
-        if (c.tile == 0) {
-          c.tile = m_tiles;
-          --c.head;
-        }
-        --c.tile;
-        return c;
-      };
       for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
         const int b = it % kBuffers;
         const int h = hk * group + cursor.head;
@@ -629,40 +547,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int rows = left < kBM ? static_cast<int>(left) : kBM;
         [[maybe_unused]] uint32_t* state = state_of(cursor);
         VARPACK_BACKWARD_STAMP(kReduceStart);
-        // ConvertDq: the previous tile's group off its count while this warp waits for the
-        // tile's dQ (its only bulk group in flight, so that the release's MEMBAR.GPU does not
-        // wait behind this tile's reductions too).
-        [[maybe_unused]] uint32_t before = 0;
-        if constexpr (kConvertDq) {
-          if (it > 0 && has_rows(before_cursor(cursor))) {
-            bulk_wait<0>();
-            before = take_dq_rows_adder(state_of(before_cursor(cursor)), lane);
-          }
-        }
         named_barrier_sync(kDqFull + b, kDqHandoff);
         VARPACK_BACKWARD_STAMP(kReduceFull);
         bool first = false;
         if constexpr (Cfg::kClaimDqRows) {
-          first = first_to_dq_rows<kConvertDq>(state, seen, lane);
+          first = first_to_dq_rows(state, seen, lane);
           // One loop per operation, not the choice inside one loop: the reducing warps have 24
           // registers, and ptxas spilled inside the loop that chose.
           float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
-          [[maybe_unused]] const int64_t dst_step =
-              static_cast<int64_t>(kRowStep) * p.heads * kDataD;
+          const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
           uint32_t src = sDq + b * Cfg::kDqBytes + first_row * Cfg::kDqRowBytes;
-          [[maybe_unused]] constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
-          if constexpr (kConvertDq) {
-            // One row a lane (kBM == kRowStep): the loops' unrolled remainders cost registers,
-            // which ConvertDq has none to spare of.
-            static_assert(kBM == kRowStep, "one row a lane");
-            if (first_row < rows) {
-              if (first) {
-                bulk_store(dst, src, kDataD * 4);
-              } else {
-                bulk_reduce_add_f32(dst, src, kDataD * 4);
-              }
-            }
-          } else if (first) {
+          constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
+          if (first) {
             for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
               bulk_store(dst, src, kDataD * 4);
           } else {
@@ -684,26 +580,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bulk_wait_read<0>();
         VARPACK_BACKWARD_STAMP(kReduceRead);
         VARPACK_BACKWARD_COUNT(kReduceTiles);
-        if constexpr (kConvertDq) {
-          // Publish first, so that fewer values are live across the conversion (registers).
-          // `before` is 0 where no rows were taken off, so no conversion then.
-          if (first) publish_dq_rows<kConvertDq>(state, lane);
-          if (last_dq_rows_adder(before)) convert_rows(before_cursor(cursor), b);
-          if (it + kBuffers < iters) release_dq_buffer(b);
-        } else {
-          if (it + kBuffers < iters) release_dq_buffer(b);
-          if (first) publish_dq_rows(state, lane);
-        }
+        if (it + kBuffers < iters) release_dq_buffer(b);
+        if (first) publish_dq_rows(state, lane);
       }
       bulk_wait_read<0>();
-      if constexpr (kConvertDq) {
-        const TileCursor last = before_cursor(cursor);  // the loop's last tile (iters > 0 here)
-        if (has_rows(last)) {
-          bulk_wait<0>();
-          const uint32_t before = take_dq_rows_adder(state_of(last), lane);
-          if (last_dq_rows_adder(before)) convert_rows(last, (iters - 1) % kBuffers);
-        }
-      }
     }
     return;
   }
@@ -750,12 +630,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const bool key_in[2] = {key0 < seq.k_len, key0 + 8 < seq.k_len};
   // Turns (kPingPong): warpgroup w issues a group of products when barrier kTurn + w lets it, then
   // lets the other go. Warpgroup 1 lets warpgroup 0 go once before anything, and warpgroup 0
-  // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending. With
-  // atomic dQ only with DeferDq, whose dQ product no longer joins the warpgroups at every tile
-  // (each waits only for the other's dS^T of the previous tile, stored before the other's turn
-  // that precedes its own); a warpgroup's turn ends once its products are issued, before its
-  // waits for them and for a free dQ buffer.
-  constexpr bool kPingPong = Cfg::kPingPong && (!kAtomicDq || kDeferDq);
+  // absorbs warpgroup 1's last hand-over after the loop, so no arrival is left pending.
+  constexpr bool kPingPong = Cfg::kPingPong && !kAtomicDq;
   constexpr int kTurnThreads = 256;  // the warpgroup that waits + the one that lets it go
   if constexpr (kPingPong) {
     if (wg == 1) named_barrier_arrive(kTurn, kTurnThreads);
@@ -938,9 +814,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // SplitDqEmpty: this warpgroup's dS^T rows are free once the other warpgroup's dQ product of
       // the previous tile has read them (its arrival) and its own warps' have (they reach this
       // sync only past their wait for it); without it, both warpgroups' kDqEmpty sync orders it.
-      // DeferDq: the buffer's previous dQ product was tile it - 2's (at tile 1, the dropped one).
       if constexpr (kSplitDqEmpty)
-        if (it > 0) named_barrier_sync(ds_free(wg, it), Cfg::kComputeThreads);
+        if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
@@ -950,7 +825,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
           dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
           if constexpr (kAtomicDq && !Cfg::kStmatrixDs)
-            st_shared_b32(sDs + ds_buffer(it) + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+            st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
                           dsf[i / 2][(i & 1) * 2 + r]);
         }
       if constexpr (kAtomicDq && Cfg::kStmatrixDs) {
@@ -973,71 +848,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
-          stmatrix_x4(sDs + ds_buffer(it) +
-                          DsTile::offset(warp * 16 + lane % 8 + 8 * (block % 2), 2 * k + block / 2),
+          stmatrix_x4(sDs + DsTile::offset(warp * 16 + lane % 8 + 8 * (block % 2),
+                                           2 * k + block / 2),
                       dsf[k]);
       }
       if constexpr (kAtomicDq) fence_proxy_async();
-      if constexpr (kDeferDq)
-        named_barrier_arrive(kDsStored + 2 * (1 - wg) + it % 2, Cfg::kComputeThreads);
     }
     VARPACK_BACKWARD_STAMP(kScoresDone);
-  };
-  // Tile dq_it's dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T
-  // read MN-major, B = K read MN-major (rows = keys), once every warp's dS^T rows of the tile are
-  // in shared memory. (Without DeferDq the previous tile's were free to overwrite: both
-  // warpgroups' dQ products of it had completed, kDsFree or kDqEmpty.)
-  // DeferDq's first tile issues one too, of tile -1 (dS^T buffer 1, not yet written; its result
-  // is dropped, and the other warpgroup writes that buffer only after it has landed): a dQ
-  // product issued or not in a branch made ptxas serialize the products (C7515), one peeled off
-  // the loop made it spill into serialization (C7512), and one from K's tile (a select of the
-  // base) made it inject a warpgroup.arrive (C7519).
-  auto issue_dq = [&](int dq_it, float (&dq)[kDqCols / 2]) {
-    if constexpr (kDeferDq) {
-      if (dq_it >= 0) named_barrier_sync(kDsStored + 2 * wg + dq_it % 2, Cfg::kComputeThreads);
-    } else {
-      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
-    }
-    VARPACK_BACKWARD_STAMP(kDsReadyPassed);
-    pin_registers(dq);
-    wgmma_fence();
-    if constexpr (kDeferDq) {
-      const GmmaOperand<true> rows(sDs + ds_buffer(dq_it) + (dq_row0 / 64) * DsTile::kBlockBytes,
-                                   DsTile::kBlockBytes);
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        Wgmma<T, kDqCols>::template ss<1, 1>(dq, rows.at(kk * 2048), k_cols.at(kk * 2048),
-                                              kk > 0);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        Wgmma<T, kDqCols>::template ss<1, 1>(
-            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
-    }
-    wgmma_commit();
-  };
-  // Hands tile dq_it's landed dQ to the reducing warps. Accumulator rows are queries dq_row0 +
-  // (warp % 4) * 16 + g + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
-  auto hand_off_dq = [&](int dq_it, float (&dq)[kDqCols / 2]) {
-    pin_registers(dq);
-    const int b = dq_it % Cfg::kDqBuffers;
-    if constexpr (kSplitDqEmpty) {
-      named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyOfWg1) + b, kDqEmptyCount);
-    } else {
-      named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
-    }
-    VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t row = sDq + b * Cfg::kDqBytes +
-                           (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                           (dq_col0 + 2 * qd) * 4;
-#pragma unroll
-      for (int n = 0; n < kDqCols / 8; ++n)
-        st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-    }
-    fence_proxy_async();  // before the bulk reductions read them
-    named_barrier_arrive(kDqFull + b, kDqHandoff);
   };
   auto products = [&](int it) {
     const int s = it % kStages;
@@ -1066,27 +883,54 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDvIssued);
-      // dQ's product, then dK's; dQ is handed off once dV's and dQ's have landed (DeferDq: of the
-      // previous tile; at the first a product whose result is dropped, see issue_dq).
-      const int dq_it = kDeferDq ? it - 1 : it;
+      // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
+      // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
+      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+      VARPACK_BACKWARD_STAMP(kDsReadyPassed);
+
+      // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
+      // MN-major, B = K read MN-major (rows = keys).
       float dq[kDqCols / 2];
-      issue_dq(dq_it, dq);
+      pin_registers(dq);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        Wgmma<T, kDqCols>::template ss<1, 1>(
+            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
         Wgmma<T, kOwnCols>::template rs<1>(
             dk, dsf[kk], q_cols.at(kk * 2048), 1);
       wgmma_commit();
-      end_turn();
       VARPACK_BACKWARD_STAMP(kDqDkIssued);
       wgmma_wait<1>();  // dV's and dQ's products
+      pin_registers(dq);
       VARPACK_BACKWARD_STAMP(kDvDqLanded);
-      // SplitDqEmpty: this warpgroup's dQ product has read both warpgroups' dS^T of the buffer:
-      // the other may overwrite its rows (an arrival only where the other will wait for it, at
-      // tile dq_it + kDsBuffers, so none is left pending).
-      if constexpr (kSplitDqEmpty)
-        if (dq_it + kDsBuffers < iters)
-          named_barrier_arrive(ds_free(1 - wg, dq_it), Cfg::kComputeThreads);
-      if (!kDeferDq || dq_it >= 0) hand_off_dq(dq_it, dq);
+
+      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
+      const int b = it % Cfg::kDqBuffers;
+      if constexpr (kSplitDqEmpty) {
+        // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite its
+        // rows (the last tile's arrival would be left pending, so none).
+        if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
+        named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
+      } else {
+        named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
+      }
+      VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t row = sDq + b * Cfg::kDqBytes +
+                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (dq_col0 + 2 * qd) * 4;
+#pragma unroll
+        for (int n = 0; n < kDqCols / 8; ++n)
+          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+      }
+      fence_proxy_async();  // before the bulk reductions read them
+      named_barrier_arrive(kDqFull + b, kDqHandoff);
     } else if constexpr (kSplitScores) {
       // P^T and dS^T from this tile's buffer, K-major (rows = keys, k-step kk = 16 queries).
       const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
@@ -1108,7 +952,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       wgmma_commit();
     }
-    if constexpr (!kAtomicDq) end_turn();
+    end_turn();
     VARPACK_BACKWARD_STAMP(kProductsDone);
   };
   auto finish = [&](int it) {
@@ -1132,14 +976,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       scores(it);
       products(it);
       finish(it);
-    }
-  }
-  if constexpr (kDeferDq) {
-    if (iters > 0) {  // the last tile's dQ (every product before it has landed: finish)
-      float dq[kDqCols / 2];
-      issue_dq(iters - 1, dq);
-      wgmma_wait<0>();
-      hand_off_dq(iters - 1, dq);
     }
   }
   pin_registers(dv);
@@ -1195,14 +1031,11 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                 ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
                                                 p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
                                 : CUtensorMap{};
-  // ConvertDq's read back of a reducing warp's 32 rows (the others pass an empty map).
-  CUtensorMap dq_map{};
-  if constexpr (Cfg::kConvertDq) dq_map = accumulator_rows_map(dq_accum, p.total_q, p.heads, D, 32);
   launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
                                        : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
                        Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
-                       delta, dq_accum, dq_states, dq_map);
+                       delta, dq_accum, dq_states);
 }
 
 // The atomic-dQ backward on Hopper with an explicit shape (the experiments time several). With
@@ -1229,21 +1062,9 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
     float* dq_accum = reinterpret_cast<float*>(bytes + delta_workspace_bytes(p));
     uint32_t* dq_states =
         reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
-    const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
-    if constexpr (Cfg::kConvertDq) {
-      // Delta and the states with their counts of adders by query tiles; the kernel converts.
-      if (query_slots > 0 && p.heads > 0) {
-        const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
-        delta_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep, Cfg::kKeysPerBlock>
-            <<<grid, RowPass<Cfg::kDataD>::kThreads, 0, stream>>>(p, delta, dq_states,
-                                                                   query_slots);
-        check_launch("the backward Delta kernel by query tiles");
-      }
-      launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
-      return;
-    }
     launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
     launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
+    const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
     if (query_slots > 0 && p.heads > 0) {
       const dim3 grid(static_cast<unsigned>(query_slots), static_cast<unsigned>(p.heads));
       dq_convert_tiles_kernel<T, Cfg::kDataD, Cfg::kQueryStep>

@@ -74,7 +74,7 @@ struct ForwardWork {
 template <int D, int Consumers, int BlockN, int Stages, bool PingPong, int ProducerRegisters,
           int ConsumerRegisters, int OutCols = D, int DataD = D, bool LazyRescale = false,
           bool TreeReduce = true, bool TmaOut = false, int QBuffers = 1, bool RowLimitMask = false,
-          bool QByTma = false, bool RowSumByMma = false>
+          bool QByTma = false>
 struct HopperForwardTile {
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S = Q K^T");
   static constexpr int kD = D;
@@ -127,12 +127,6 @@ struct HopperForwardTile {
   // against 246.5 with three consumers, d96 366.4 / 465.3 / 502.8 / 435.1 against 353.7 / 453.3 /
   // 500.7 / 424.5, d256 +1.9 to +2.8% at 1k; none slower. So at every shape.
   static constexpr bool kQByTma = QByTma;
-  // RowSumByMma (an experiment, tile_shapes, 2026-12-05, not yet run): a row's sum of P taken by
-  // the tensor cores, O += P V's A operand times a 16 x 8 block of ones (wgmma m64n8, 8 more
-  // products per tile in O += P V's group, B from 256 bytes of ones in shared memory), instead of
-  // by the softmax's 62 FADDs a tile (the d128 softmax, not the products, is what its tiles wait
-  // for: cuda.md, the timelines); the sum is then of the 16-bit P that O's numerator uses.
-  static constexpr bool kRowSumByMma = RowSumByMma;
   static_assert(QBuffers == 1 || QBuffers == 2, "one or two Q tiles");
   static constexpr int kKOffset = QBuffers * QTile::kBytes;
   static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
@@ -145,11 +139,7 @@ struct HopperForwardTile {
   static constexpr int kBarriers = 2 * QBuffers + 4 * Stages + 4;
   static constexpr int kWorkOffset = kBarrierOffset + kBarriers * 8;  // two ForwardWork slots
   static_assert(kWorkOffset % alignof(ForwardWork) == 0, "aligned work slots");
-  // RowSumByMma's ones (two 8 x 8 core matrices), 16-byte aligned.
-  static constexpr int kOnesOffset = (kWorkOffset + 2 * sizeof(ForwardWork) + 15) / 16 * 16;
-  static constexpr int kOnesBytes = 256;
-  static constexpr int kSmemBytes =
-      1024 + (RowSumByMma ? kOnesOffset + kOnesBytes : kWorkOffset + 2 * sizeof(ForwardWork));
+  static constexpr int kSmemBytes = 1024 + kWorkOffset + 2 * sizeof(ForwardWork);
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
 
@@ -397,13 +387,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   }
-  if constexpr (Cfg::kRowSumByMma) {  // 1.0 in T, two to a word
-    const uint32_t one_pair = std::is_same_v<T, __nv_bfloat16> ? 0x3F803F80u : 0x3C003C00u;
-    if (threadIdx.x < Cfg::kOnesBytes / 4)
-      st_shared_b32(sQ + Cfg::kOnesOffset + 4 * threadIdx.x, one_pair);
-    fence_proxy_async();  // before the products read them
-  }
-  __syncthreads();  // the barriers are initialized (and RowSumByMma's ones stored)
+  __syncthreads();  // the barriers are initialized
   // The w-th work, by every thread (the producer's thread 0 has published it).
   auto work_number = [&](int w) -> ForwardWork {
     if constexpr (!kPersistent) {
@@ -488,10 +472,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float o[D / 2];
   const float c_log2 = raw_to_log2<kSoftcap>(p);
   float row_max[2], row_sum[2];  // row_sum per thread; reduced over the quad at the end
-  // RowSumByMma: the row sums instead, as wgmma's m64n8 accumulator (every column the row's sum:
-  // rs[2r] is row g + 8r's), and B's descriptor, the same for every k-step.
-  float rs[4];
-  const uint64_t ones = gmma_desc_plain_n8(sQ + Cfg::kOnesOffset);
   // This warpgroup's 64 rows in each column block of the current item's Q.
   uint32_t q_rows = sQ + wg * 64 * 128;
   // P of the last tile softmax went through, as the A operand of O += P V.
@@ -535,7 +515,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const GmmaOperand<Cfg::kAdvanceDescriptors> q(q_rows, 0), k(ring.k_stage(g_all), 0);
     pin_registers(s);
     pin_registers(o);
-    if constexpr (Cfg::kRowSumByMma) pin_registers(rs);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDataD / 16; ++kk) {
@@ -550,10 +529,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // over the head dim's kDataD columns (96 of d128's tiles: the rest of O stays zero).
   auto issue_pv = [&](int g_all) {
     wgmma_rs_mn_major<T, kDataD, KvTile, Cfg::kAdvanceDescriptors>(o, pf, ring.v_stage(g_all));
-    if constexpr (Cfg::kRowSumByMma) {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) Wgmma<T, 8>::template rs<0>(rs, pf[kk], ones, 1);
-    }
     wgmma_commit();
   };
   // Masks S of tile t and turns it into P in place (fp32) by the online softmax; alpha
@@ -628,7 +603,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (!Cfg::kLazyRescale || m_new != row_max[r]) {
         alpha[r] = fast_exp2(row_max[r] * c_log2 - m_use);
         row_max[r] = m_new;
-        if constexpr (!Cfg::kRowSumByMma) row_sum[r] *= alpha[r];
+        row_sum[r] *= alpha[r];
       } else {
         alpha[r] = 1.f;
       }
@@ -638,15 +613,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
           s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
         }
-        if constexpr (!Cfg::kRowSumByMma)
-          row_sum[r] +=
-              RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
+        row_sum[r] += RowPairTree<0, kBN / 4>::reduce(s, r, [](float a, float b) { return a + b; });
       } else {
 #pragma unroll
         for (int i = 0; i < kBN / 8; ++i) {
           s[4 * i + 2 * r] = fast_exp2(fmaf(s[4 * i + 2 * r], c_log2, -m_use));
           s[4 * i + 2 * r + 1] = fast_exp2(fmaf(s[4 * i + 2 * r + 1], c_log2, -m_use));
-          if constexpr (!Cfg::kRowSumByMma) row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+          row_sum[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
         }
       }
     }
@@ -655,16 +628,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // layout of k-step kk.
   auto rescale_and_pack = [&](const float (&s)[kBN / 2], const float (&alpha)[2]) {
     pin_registers(o);
-    if constexpr (Cfg::kRowSumByMma) pin_registers(rs);
     if (!Cfg::kLazyRescale || alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
       for (int i = 0; i < D / 8; ++i)
 #pragma unroll
         for (int c = 0; c < 4; ++c) o[4 * i + c] *= alpha[c / 2];
-      if constexpr (Cfg::kRowSumByMma) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) rs[c] *= alpha[c / 2];
-      }
     }
 #pragma unroll
     for (int i = 0; i < kBN / 8; ++i)
@@ -689,8 +657,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int h = h_first + i;
 #pragma unroll
         for (int k = 0; k < D / 2; ++k) o[k] = 0.f;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) rs[c] = 0.f;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           row_max[r] = -INFINITY;
@@ -744,12 +710,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
           ring.wait_v(g0 + n - 1);
           pin_registers(o);
-          if constexpr (Cfg::kRowSumByMma) pin_registers(rs);
           wgmma_fence();
           issue_pv(g0 + n - 1);
           wgmma_wait<0>();
           pin_registers(o);
-          if constexpr (Cfg::kRowSumByMma) pin_registers(rs);
           ring.release_v(g0 + n - 1, lane);
           VARPACK_FORWARD_STAMP(kItemEnd);
         }
@@ -758,12 +722,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float sum = row_sum[r];
-          if constexpr (Cfg::kRowSumByMma) {
-            sum = rs[2 * r];  // the whole row's already
-          } else {
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-          }
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           inv[r] = sum > 0.f ? 1.f / sum : 0.f;
           const int64_t row = m0 + warp_row + g + 8 * r;
           if (qd == 0 && p.lse != nullptr && row < seq.q_len)

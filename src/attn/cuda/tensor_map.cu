@@ -25,11 +25,6 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
-// The error for an encoding the driver rejected, naming the tensor.
-Error encode_error(CUresult res, const std::string& tensor) {
-  return Error("varpack CUDA attention: cuTensorMapEncodeTiled failed (CUresult " +
-               std::to_string(static_cast<int>(res)) + ") for " + tensor);
-}
 }  // namespace
 
 CUtensorMap head_tile_map(const void* base, bool bf16, int64_t rows, int heads, int d,
@@ -49,28 +44,11 @@ CUtensorMap head_tile_map(const void* base, bool bf16, int64_t rows, int heads, 
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (res != CUDA_SUCCESS)
-    throw encode_error(res, "a [" + std::to_string(rows) + ", " + std::to_string(heads) + ", " +
-                                std::to_string(d) + "] tensor with row stride " +
-                                std::to_string(row_stride) + " and head stride " +
-                                std::to_string(head_stride));
-  return map;
-}
-
-CUtensorMap accumulator_rows_map(const float* base, int64_t rows, int heads, int d, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(d) * 4,
-                                 static_cast<cuuint64_t>(heads) * static_cast<cuuint64_t>(d) * 4};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(d), 1, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult res = encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (res != CUDA_SUCCESS)
-    throw encode_error(res, "the dQ accumulator [" + std::to_string(rows) + ", " +
-                                std::to_string(heads) + ", " + std::to_string(d) + "]");
+    throw Error("varpack CUDA attention: cuTensorMapEncodeTiled failed (CUresult " +
+                std::to_string(static_cast<int>(res)) + ") for a [" + std::to_string(rows) +
+                ", " + std::to_string(heads) + ", " + std::to_string(d) +
+                "] tensor with row stride " + std::to_string(row_stride) + " and head stride " +
+                std::to_string(head_stride));
   return map;
 }
 

@@ -16,9 +16,4 @@ namespace varpack::cuda {
 CUtensorMap head_tile_map(const void* base, bool bf16, int64_t rows, int heads, int d,
                           int64_t row_stride, int64_t head_stride, int box_rows);
 
-// The atomic backward's fp32 dQ accumulator [rows, heads, d] (contiguous) seen as boxes of
-// box_rows rows x d columns of one head, unswizzled (row after row in shared memory): what
-// ConvertDq's last adder reads back to convert.
-CUtensorMap accumulator_rows_map(const float* base, int64_t rows, int heads, int d, int box_rows);
-
 }  // namespace varpack::cuda

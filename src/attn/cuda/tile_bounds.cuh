@@ -216,40 +216,6 @@ VARPACK_HOST_DEVICE TileWalk tiles_over(Range r, int step) {
   return w;
 }
 
-// How many of sequence s's kBN-key tiles walk (key_tile's walk over kBM-query tiles) the query
-// tile that starts at m0: the blocks of the atomic backward that add to that tile's dQ, which
-// ConvertDq counts down (hopper_dq_accumulator.cuh). A walk takes the tile iff walk.first <= m0 <
-// walk.first + walk.count * kBM; both ends are non-decreasing in the key tile (as queries_for_keys'
-// bounds are; the end is the range's end rounded up to a tile edge even for an empty walk), so the
-// tiles whose walk has started by m0 and those whose walk has ended by then are both prefixes,
-// each found by a binary search, and the walkers are the difference.
-template <int kBN, int kBM>
-VARPACK_HOST_DEVICE int key_tiles_walking(const SequenceBounds& s, int64_t m0, bool causal,
-                                          int64_t window_left, int64_t window_right) {
-  auto walk_of = [&](int64_t t) {
-    const int64_t k0 = t * kBN;
-    const int64_t k1 = k0 + kBN < s.k_len ? k0 + kBN : s.k_len;
-    return tiles_over(queries_for_keys(s, k0, k1, causal, window_left, window_right), kBM);
-  };
-  // The length of the prefix of key tiles whose walk satisfies `holds`.
-  auto prefix = [&](auto holds) {
-    int64_t lo = 0, hi = (s.k_len + kBN - 1) / kBN;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (holds(walk_of(mid))) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    return lo;
-  };
-  const int64_t started = prefix([&](const TileWalk& w) { return w.first <= m0; });
-  const int64_t ended =
-      prefix([&](const TileWalk& w) { return w.first + int64_t{w.count} * kBM <= m0; });
-  return static_cast<int>(started - ended);
-}
-
 // A block's tile and what it walks: rows [r0, r1) of sequence `seq` (queries in the forward and
 // the dQ passes, keys in the dK/dV passes), and the tiles of the other side that those rows see.
 struct BlockTile {

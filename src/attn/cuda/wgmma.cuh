@@ -80,15 +80,6 @@ static_assert(gmma_desc_advance(gmma_desc(0xfff0, 0, 1024), 0x10) == gmma_desc(0
 static_assert(gmma_desc_advance(gmma_desc(0x1230, 16384, 1024), 0x26dd0) ==
               gmma_desc(0x28000, 16384, 1024));
 
-// The descriptor of an unswizzled K-major operand of N = 8 rows and K = 16 columns at `addr`
-// (16-byte aligned): its two 8 x 8 core matrices (8 rows of 16 bytes each) 128 bytes apart. Both
-// offsets are 128, so that the operand lies in [addr, addr + 256) whichever of them the unit takes
-// along K (there is one core matrix along N).
-__host__ __device__ constexpr uint64_t gmma_desc_plain_n8(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16) |
-         (static_cast<uint64_t>(128 >> 4) << 32);
-}
-
 // A shared-memory operand of the products (128-byte swizzle, 8-row groups 1024 bytes apart): its
 // descriptor `offset` bytes in. kAdvance: the descriptor is built once and advanced by a 32-bit add
 // per use (gmma_desc_advance); otherwise it is rebuilt from the address at every use, holding only
@@ -195,9 +186,6 @@ struct Wgmma;
   };
 
 #define VARPACK_DEFINE_WGMMA_TYPE(CTYPE, PTXTYPE)                                   \
-  VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 8, 4, "{%0, %1, %2, %3}", VARPACK_F4(0),     \
-                       "%6", "%4, %5, p, 1, 1, %7, %8", "%9",                       \
-                       "{%4, %5, %6, %7}, %8, p, 1, 1, %10")                        \
   VARPACK_DEFINE_WGMMA(CTYPE, PTXTYPE, 32, 16, VARPACK_D16, VARPACK_F16(0), "%18",  \
                        "%16, %17, p, 1, 1, %19, %20", "%21",                        \
                        "{%16, %17, %18, %19}, %20, p, 1, 1, %22")                   \

@@ -2,8 +2,9 @@
 // where the Hopper atomic backward's roles spend their clocks, per key block and per query tile of
 // its loop, from the clock64() sums that hopper_backward.cuh's VARPACK_BACKWARD_STAMP adds up per
 // multiprocessor (BackwardEvent). The library's d128 atomic backward (bf16, causal, 16 heads), and
-// an experiment's config beside it where one is added to kConfigs (the dQ-from-registers and
-// tensor-reduction experiments of 2026-12-05 were, bench/results/cuda.md), 10 calls a point after
+// an experiment's config beside it where one is added to kConfigs (the dQ-from-registers,
+// tensor-reduction, DeferDq and ConvertDq experiments of 2026-12-05 were, bench/results/cuda.md;
+// their stamps compare phases within a config, not configs' totals), 10 calls a point after
 // 3 warm-up calls; the stamps cost time of their own, so the call's ms is printed beside them
 // (compare tile_shapes' "wgmma bwd (lib)" for the uninstrumented kernel). At the dense peak a loop
 // tile's ten 64 x 64 x 128 products (five a compute warpgroup) take about 2,560 clocks of the SM.
@@ -34,15 +35,6 @@ struct LibraryConfig : HopperAtomicBackwardConfig<128> {};
 // tile_shapes' "wgmma bwd shared dQ-empty (before)": the library's before SplitDqEmpty.
 struct SharedDqEmptyConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true,
                                                 true, true, false> {};
-// tile_shapes' "wgmma bwd defer dQ" (DeferDq).
-struct DeferDqConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true,
-                                          true, true, true> {};
-// tile_shapes' "wgmma bwd defer dQ pp" (DeferDq with PingPong).
-struct DeferDqPingPongConfig : HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true,
-                                                  true, true, true, true> {};
-// tile_shapes' "wgmma bwd convert dQ" (ConvertDq).
-struct ConvertDqConfig : HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true,
-                                            true, true, false, true> {};
 
 struct TimedConfig {
   const char* name;
@@ -51,9 +43,6 @@ struct TimedConfig {
 const TimedConfig kConfigs[] = {
     {"lib", launch_hopper_backward_atomic_with<__nv_bfloat16, LibraryConfig>},
     {"shared", launch_hopper_backward_atomic_with<__nv_bfloat16, SharedDqEmptyConfig>},
-    {"defer", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqConfig>},
-    {"defer-pp", launch_hopper_backward_atomic_with<__nv_bfloat16, DeferDqPingPongConfig>},
-    {"convert", launch_hopper_backward_atomic_with<__nv_bfloat16, ConvertDqConfig>},
 };
 
 // Whether the comma-separated list names `name` as one of its items.

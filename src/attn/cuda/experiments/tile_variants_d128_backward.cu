@@ -29,16 +29,6 @@ std::vector<Variant> d128_backward_variants() {
     // reducing warps on one dQ-empty barrier per buffer.
     {"wgmma bwd shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128, true},
-    // Tile it's dQ product in tile it + 1's products, two dS^T buffers, one dQ buffer (DeferDq).
-    {"wgmma bwd defer dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap defer dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // DeferDq with the compute warpgroups taking turns to issue their products (PingPong).
-    {"wgmma bwd defer dQ pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap defer dQ pp", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, true, false, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // dQ converted by the block that adds last to a group of its rows, no conversion pass
-    // (ConvertDq; Delta by query tiles, which counts each tile's adders).
-    {"wgmma bwd convert dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap convert dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},

@@ -50,9 +50,6 @@ std::vector<Variant> d128_forward_variants() {
     {"wgmma fwd softcap, Q by cp.async (before)", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, false, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
     {"wgmma fwd softcap (lib)", [](auto& p, void*) { launch_hopper_forward<T, 128>(p, nullptr, work_counter); }, true, 128, true},
     {"wgmma fwd softcap, lazy rescale", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, true, true, true, 2>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
-    // The row sums by the tensor cores (RowSumByMma), without and with softcap.
-    {"wgmma fwd row sum by mma", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128},
-    {"wgmma fwd softcap, row sum by mma", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<128, 2, 128, 2, true, 24, 240, 128, 128, false, true, true, 2, true, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 128, true},
   };
 }
 

@@ -18,7 +18,6 @@ std::vector<Variant> d256_variants() {
     {"wgmma fwd d256 chain reductions", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, false>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
     {"wgmma fwd d256 no pp", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, false, 24, 240, 64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
     {"wgmma fwd d256 rescale every tile", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
-    {"wgmma fwd d256 row sum by mma", [](auto& p, void*) { launch_hopper_forward_with<T, HopperForwardTile<256, 2, 64, 2, true, 24, 240, 64, 256, true, true, false, 1, false, true, true>>(p, nullptr, 0, ForwardOrder::kAuto, work_counter); }, true, 256},
     // The mma.sync d256 backward (atomic dQ; the library's on sm_80) and the Hopper one (two
     // passes, dK/dV split by columns over 64-key blocks).
     {"mma bwd d256 atomic (lib sm_80)", [](auto& p, void* ws) { launch_backward<T, 256>(p, ws, nullptr); }, false, 256},
