@@ -42,9 +42,10 @@
 #   experiment's config added to backward_timeline.cu's kConfigs), per block and per tile, and of
 #   the d128 forward's loop tiles without and with softcap (experiments/*_timeline.cu;
 #   TIMELINE_POINTS=64x1k,16x4k: those points only; TIMELINE_DIRECTIONS=backward: that one only;
-#   TIMELINE_CONFIGS=lib,convert: those backward configs only, by their kConfigs names);
+#   TIMELINE_CONFIGS=lib,shared: those backward configs only, by their kConfigs names);
 #   rates: the clocks an ex2 / tanh (f32, f16x2, bf16x2) / FMA takes a warp on a sub-partition,
-#   latency and throughput (experiments/pipe_rates.cu, a few seconds);
+#   latency and throughput (experiments/pipe_rates.cu, a few seconds), and the clocks a tile of
+#   the d128 backward's products alone take, in four variants (experiments/product_floor.cu);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; 9 = 4 x 16k with a window of 2048; PROFILE_D: the head dim, default
 #   128; PROFILE_SKIP: launches of the kernel skipped (default 2: for hopper_backward_kernel a
@@ -162,6 +163,8 @@ if [[ $want == *" timeline "* ]]; then
   done
 fi
 [[ $want == *" rates "* ]] && [ -x $bin/pipe_rates ] && step bench.log pipe_rates 60 $bin/pipe_rates
+[[ $want == *" rates "* ]] && [ -x $bin/product_floor ] &&
+  step bench.log product_floor 60 $bin/product_floor
 # tune_round BINARY NAME: one round of tile_shapes. Where a variant hangs (tile_shapes names it on
 # a "HANG: <name> at <point>" line and exits with status 3), the round again without it
 # (TUNE_SKIP), at most twice, so that one stuck experiment does not cost the call.
