@@ -45,7 +45,7 @@
 #   TIMELINE_CONFIGS=lib,shared: those backward configs only, by their kConfigs names);
 #   rates: the clocks an ex2 / tanh (f32, f16x2, bf16x2) / FMA takes a warp on a sub-partition,
 #   latency and throughput (experiments/pipe_rates.cu, a few seconds), and the clocks a tile of
-#   the d128 backward's products alone take, in four variants (experiments/product_floor.cu);
+#   the d128 backward's products alone take, in five variants (experiments/product_floor.cu);
 #   profile: ncu on the Hopper kernels (PROFILE_CASE: the benchmark's case number, default 1 =
 #   16 x 4k; 0 = 64 x 1k; 9 = 4 x 16k with a window of 2048; PROFILE_D: the head dim, default
 #   128; PROFILE_SKIP: launches of the kernel skipped (default 2: for hopper_backward_kernel a

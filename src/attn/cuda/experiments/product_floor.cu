@@ -17,7 +17,8 @@
 //   (32 KB of 8-byte stores), the kernel's other shared-memory writes;
 // - "S^T's A = K in registers": S^T's A operand from registers loaded once (RS; 16 KB a
 //   warpgroup less read a tile);
-// - "no dQ product": the four products of the two-pass backward's dK/dV pass.
+// - "no dQ product": the four products of the two-pass backward's dK/dV pass;
+// - "no dS-ready barrier": the warpgroups not joined at each tile (what DeferDq aimed at).
 // Each prints clocks a tile (the mean over blocks of the slower warpgroup) and the products' rate
 // at the measured clock: 10.5 MFLOP a tile and block.
 // Run: ./product_floor (one block per multiprocessor, every multiprocessor)
@@ -40,13 +41,14 @@ using varpack::cuda::GmmaTile;
 using varpack::cuda::Wgmma;
 using T = __nv_bfloat16;
 
-enum class Variant { kProducts, kWithStores, kKInRegisters, kNoDq };
+enum class Variant { kProducts, kWithStores, kKInRegisters, kNoDq, kNoBarrier };
 const char* variant_name(Variant v) {
   switch (v) {
     case Variant::kProducts: return "products";
     case Variant::kWithStores: return "+ dS^T and dQ stores";
     case Variant::kKInRegisters: return "S^T's A = K in registers";
     case Variant::kNoDq: return "no dQ product";
+    case Variant::kNoBarrier: return "no dS-ready barrier";
   }
   return "?";
 }
@@ -162,7 +164,7 @@ __global__ void __launch_bounds__(256, 1) floor_kernel(long long* clocks, float*
     for (int kk = 0; kk < 4; ++kk)
       Wgmma<T, 128>::template rs<1>(dv, pf[kk], do_cols.at(kk * 2048), 1);
     wgmma_commit();
-    named_barrier_sync(1, 256);  // the dS-ready barrier
+    if constexpr (kVariant != Variant::kNoBarrier) named_barrier_sync(1, 256);  // dS ready
     [[maybe_unused]] float dq[32];
     if constexpr (kVariant != Variant::kNoDq) {
       pin_registers(dq);
@@ -262,6 +264,7 @@ int main() {
   report<Variant::kWithStores>(sms, clocks, sink);
   report<Variant::kKInRegisters>(sms, clocks, sink);
   report<Variant::kNoDq>(sms, clocks, sink);
+  report<Variant::kNoBarrier>(sms, clocks, sink);
   CHECK_CUDA(cudaFree(clocks));
   CHECK_CUDA(cudaFree(sink));
   return 0;
