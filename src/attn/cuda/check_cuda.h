@@ -17,3 +17,11 @@
       std::exit(2);                                                                       \
     }                                                                                     \
   } while (0)
+
+// The current device's multiprocessor count (the experiments launch one block on each).
+inline int multiprocessor_count() {
+  int device = 0, sms = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}

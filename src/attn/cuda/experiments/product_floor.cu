@@ -250,9 +250,7 @@ void report(int sms, long long* clocks, float* sink) {
 }  // namespace
 
 int main() {
-  int device = 0, sms = 0;
-  CHECK_CUDA(cudaGetDevice(&device));
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = multiprocessor_count();
   long long* clocks = nullptr;
   float* sink = nullptr;
   CHECK_CUDA(cudaMalloc(&clocks, sizeof(long long) * sms * 2));
