@@ -11,7 +11,8 @@
 #   (no argument: test bench sanitize)
 #   test: wgmma building blocks, standalone test (both backward modes; Hopper kernels, again with
 #   4 heads per forward block, in the library's launch order (by chunks on these small batches) and
-#   by sequence, with the forward's block per work instead of its persistent kernel, then
+#   by sequence, with the forward's block per work instead of its persistent kernel, with the
+#   persistent kernel on two blocks (VARPACK_FORWARD_BLOCKS=2: each block takes many works), then
 #   VARPACK_CUDA_KERNELS=mma for the sm_80 ones), pytest (both paths, and the
 #   CPU operator's tests once); bench:
 #   both benchmarks (the standalone one on both kernel paths; the clock and power sampled during
@@ -20,8 +21,8 @@
 #   per call (bench/host_overhead.py); peers: the peer table alone (bench_attention_gpu.py with
 #   the clock sampled; about 190 s), without the standalone benchmarks, traces and host times;
 #   sanitize:
-#   compute-sanitizer memcheck and racecheck on small cases (run after the benchmarks, as they are
-#   the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
+#   compute-sanitizer memcheck and racecheck on small cases, the persistent forward also on two
+#   blocks (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts; TUNE_SKIP
 #   likewise leaves some out (a variant that hangs is left out of a second try by itself);
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: each round's time limit, default 330 s;
@@ -142,7 +143,8 @@ if [[ $want == *" test "* ]]; then
     VARPACK_HEADS_PER_BLOCK=4 VARPACK_LAUNCH_ORDER=sequence step tests.log standalone_by_sequence \
       120 $bin/test_attention_cuda &&
     VARPACK_FORWARD_PERSISTENT=0 step tests.log standalone_not_persistent 120 \
-      $bin/test_attention_cuda
+      $bin/test_attention_cuda &&
+    VARPACK_FORWARD_BLOCKS=2 step tests.log standalone_two_blocks 120 $bin/test_attention_cuda
   [ -x $bin/test_attention_cuda ] && [ $quick = 0 ] &&
     VARPACK_CUDA_KERNELS=mma step tests.log standalone_mma 120 $bin/test_attention_cuda
   # test_attention.py too: the operator's CPU path and input checks, built with this machine's
@@ -265,6 +267,12 @@ if [[ $want == *" sanitize "* ]] && [ -x $bin/test_attention_cuda ]; then
     VARPACK_LAUNCH_ORDER=$order step tests.log "racecheck_$order" "${SANITIZE_S:-150}" \
       compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_attention_cuda 1 3
   done
+  # The persistent forward on two blocks, so that each takes several works and reuses both work
+  # slots (on one block a multiprocessor these cases give a block two works at most).
+  VARPACK_FORWARD_BLOCKS=2 step tests.log memcheck_two_blocks "${SANITIZE_S:-120}" \
+    compute-sanitizer --tool memcheck --error-exitcode 9 $bin/test_attention_cuda 1 3
+  VARPACK_FORWARD_BLOCKS=2 step tests.log racecheck_two_blocks "${SANITIZE_S:-150}" \
+    compute-sanitizer --tool racecheck --error-exitcode 9 $bin/test_attention_cuda 1 3
   # The forward with a block per work (the test passes a workspace, so the persistent kernel runs
   # above) on the same cases.
   export VARPACK_FORWARD_PERSISTENT=0

@@ -87,10 +87,13 @@ namespace varpack::cuda {
 // one 32-bit store per register.
 // SplitDqEmpty (atomic dQ): each compute warpgroup waits for a free dQ buffer on a barrier of its
 // own with the reducing warps, not for the other warpgroup too (see the kernel).
+// DqOwnKeysFirst (atomic dQ, 64-query tiles): each warpgroup issues the k-steps of its dQ product
+// over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows (kDsReady),
+// and the other 64 keys' after it, so that the tensor cores hold more of its work while it waits.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -109,6 +112,7 @@ struct HopperBackwardTile {
   static constexpr bool kClaimDqRows = ClaimDqRows;
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
+  static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -310,6 +314,7 @@ enum HopperBackwardBarrier : int {
   // SplitDqEmpty: kDqEmpty + buffer for compute warpgroup 0 only, this + buffer for warpgroup 1.
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
+  kDsOwn = 12,   // + compute warpgroup (DqOwnKeysFirst): its own four warps' dS^T rows are stored
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -883,20 +888,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDvIssued);
-      // Every warp's dS^T rows are in shared memory. (The previous tile's were free to overwrite:
-      // both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product completed.)
-      named_barrier_sync(kDsReady, Cfg::kComputeThreads);
-      VARPACK_BACKWARD_STAMP(kDsReadyPassed);
-
       // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
-      // MN-major, B = K read MN-major (rows = keys).
+      // MN-major, B = K read MN-major (rows = keys), a k-step kk = keys 16kk .. 16kk + 15.
       float dq[kDqCols / 2];
       pin_registers(dq);
-      wgmma_fence();
+      if constexpr (Cfg::kDqOwnKeysFirst) {
+        static_assert(kBN == 128 && kBM == 64, "one 64-key half of dS^T per warpgroup");
+        // The offsets of this warpgroup's 64 keys and of the other's in dS^T and K (2048 bytes a
+        // k-step of 16 keys), made per tile behind an asm mov: ptxas hoisted them out of the loop
+        // as four more descriptors, and the loop spilled 208 bytes instead of 40.
+        uint32_t own;
+        asm volatile("mov.b32 %0, %1;" : "=r"(own) : "r"(wg * 8192));
+        const uint32_t other = 8192 - own;
+        // This warpgroup's own keys first: its four warps' rows are stored.
+        named_barrier_sync(kDsOwn + wg, 128);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        Wgmma<T, kDqCols>::template ss<1, 1>(
-            dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
+        for (int kk = 0; kk < 4; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(own + kk * 2048),
+                                               k_cols.at(own + kk * 2048), kk > 0);
+        // The other warpgroup's rows (free to overwrite as below).
+        named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+        VARPACK_BACKWARD_STAMP(kDsReadyPassed);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(other + kk * 2048),
+                                               k_cols.at(other + kk * 2048), 1);
+      } else {
+        // Every warp's dS^T rows are in shared memory. (The previous tile's were free to
+        // overwrite: both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product
+        // completed.)
+        named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+        VARPACK_BACKWARD_STAMP(kDsReadyPassed);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(
+              dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
+      }
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)

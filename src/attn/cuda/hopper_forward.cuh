@@ -394,10 +394,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (w > 0) first.work.valid = false;
       return first;
     } else {
+      // Lane 0 alone reads the slot and hands it on by shuffles, so that every read of it comes
+      // before the arrival of the thread that made it in program order. (With every lane reading
+      // and a __syncwarp before lane 0's arrival, which the PTX memory model orders too,
+      // compute-sanitizer's racecheck reported each lane's read against the producer's next write
+      // of the slot: tile_shapes' small points, where a block takes a third work, 2026-12-05.)
       mbarrier_wait(id_full(w), (w / 2) & 1);
-      const ForwardWork fw = slots[w % 2];
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) mbarrier_arrive(id_empty(w));
+      const bool leader = threadIdx.x % 32 == 0;
+      ForwardWork fw;
+      if (leader) fw = slots[w % 2];
+      fw = warp_broadcast(fw);
+      if (leader) mbarrier_arrive(id_empty(w));
       return fw;
     }
   };
@@ -858,6 +865,20 @@ inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, i
   return order;
 }
 
+// The persistent forward's blocks: one per multiprocessor, or VARPACK_FORWARD_BLOCKS=n (n >= 1)
+// fewer, so that on a test's small batch every block takes several works and reuses both work
+// slots (the sanitizer steps of scripts/gpu_run.sh).
+inline int64_t forward_persistent_blocks(int sms) {
+  const char* forced = std::getenv("VARPACK_FORWARD_BLOCKS");
+  if (forced == nullptr) return sms;
+  char* end = nullptr;
+  const long n = std::strtol(forced, &end, 10);
+  if (end == forced || *end != '\0' || n < 1)
+    throw Error(std::string("varpack CUDA attention: VARPACK_FORWARD_BLOCKS=") + forced +
+                " is not a number of blocks >= 1; unset it for one block per multiprocessor");
+  return std::min<int64_t>(n, sms);
+}
+
 // heads_per_block 0: forward_heads_per_block's choice; otherwise a divisor of p.heads.
 // work_counter: null, or one int32 of device memory for the persistent kernel (zeroed here).
 template <class T, class Cfg>
@@ -905,7 +926,7 @@ void launch_hopper_forward_with(const AttentionParams& p, cudaStream_t stream,
                    : CUtensorMap{};
   int64_t grid = order.blocks();
   if (persistent) {
-    grid = std::min<int64_t>(grid, sms);
+    grid = std::min<int64_t>(grid, forward_persistent_blocks(sms));
     const cudaError_t zeroed = cudaMemsetAsync(work_counter, 0, sizeof(int), stream);
     if (zeroed != cudaSuccess)
       throw Error(std::string("varpack CUDA attention: cannot zero the work counter: ") +

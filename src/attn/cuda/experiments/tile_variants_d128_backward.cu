@@ -29,6 +29,10 @@ std::vector<Variant> d128_backward_variants() {
     // reducing warps on one dQ-empty barrier per buffer.
     {"wgmma bwd shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 128, true},
+    // The dQ product's k-steps over the warpgroup's own keys issued before the dS-ready barrier
+    // (DqOwnKeysFirst), the other warpgroup's after it.
+    {"wgmma bwd dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
