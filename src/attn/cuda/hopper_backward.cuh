@@ -272,10 +272,14 @@ struct HopperAtomicBackwardConfig<64>
 // and the reducing warps add 96 floats of each row. Measured on the H200 (bf16, causal, 16 heads,
 // tile_shapes, 2026-12-02 00:50 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed: 257.8 /
 // 394.3 / 458.3 / 360.2 against 228.1 / 342.8 / 391.2 / 311.7 for d96's two passes and 253.2 /
-// 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead.
+// 382.7 / 440.6 / 350.3 without issuing the next tile's scores ahead. DqOwnKeysFirst at d96 only:
+// measured on the H100 (bf16, causal, 16 heads, tile_shapes, interleaved, two rounds, 2026-12-05
+// 12:10 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed, the first round: d96 268.3 / 422.3 /
+// 489.2 / 380.0 against 268.2 / 415.2 / 482.6 / 376.3 (+0.0 / +1.6 to +1.7 / +1.0 to +1.4 / +0.8
+// to +1.0% in both rounds); d128 +0.2 to +1.1% but -0.8 / -1.6% at 4 x 16k, softcap -1.1 to +0.5%.
 template <>
 struct HopperAtomicBackwardConfig<96>
-    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true> {};
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true, true> {};
 
 // The backward's timeline (experiments/backward_timeline.cu, built with
 // -DVARPACK_BACKWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's

@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (kPersistent) {
       for (int w = 0; w < 2; ++w) {
         mbarrier_init(id_full(w), 1);
-        mbarrier_init(id_empty(w), 4 + kConsumerWarps);  // every warp of the block
+        mbarrier_init(id_empty(w), Cfg::kThreads);  // every thread of the block
       }
     }
   }
@@ -394,17 +394,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (w > 0) first.work.valid = false;
       return first;
     } else {
-      // Lane 0 alone reads the slot and hands it on by shuffles, so that every read of it comes
-      // before the arrival of the thread that made it in program order. (With every lane reading
-      // and a __syncwarp before lane 0's arrival, which the PTX memory model orders too,
-      // compute-sanitizer's racecheck reported each lane's read against the producer's next write
-      // of the slot: tile_shapes' small points, where a block takes a third work, 2026-12-05.)
+      // Every thread arrives after its own read of the slot, so that each read comes before an
+      // arrival in its own thread's order. (The first form, lane 0's arrival after a __syncwarp,
+      // is ordered by the PTX memory model too, but compute-sanitizer's racecheck reported each
+      // other lane's read against the producer's next write of the slot: tile_shapes' small
+      // points, where a block takes a third work, 2026-12-05. Lane 0 alone reading it and
+      // handing it on by shuffles held the work in registers: the persistent kernel's spills
+      // 128 -> 256 bytes.) The __syncwarp stays for ptxas: without it, the same code spilled 232
+      // bytes; with it the SASS is the first form's but for the arrival's predicate.
       mbarrier_wait(id_full(w), (w / 2) & 1);
-      const bool leader = threadIdx.x % 32 == 0;
-      ForwardWork fw;
-      if (leader) fw = slots[w % 2];
-      fw = warp_broadcast(fw);
-      if (leader) mbarrier_arrive(id_empty(w));
+      const ForwardWork fw = slots[w % 2];
+      __syncwarp();
+      mbarrier_arrive(id_empty(w));
       return fw;
     }
   };

@@ -8,7 +8,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstring>
 
 namespace varpack::cuda {
 
@@ -53,20 +52,6 @@ struct Mma<__half> {
     return __half22float2(*reinterpret_cast<__half2*>(&v));
   }
 };
-
-// Lane src's v for every lane of the warp, word by word (T trivially copyable, whole 32-bit words).
-template <class T>
-__device__ __forceinline__ T warp_broadcast(const T& v, int src = 0) {
-  static_assert(sizeof(T) % 4 == 0, "whole 32-bit words");
-  uint32_t words[sizeof(T) / 4];
-  memcpy(words, &v, sizeof(T));
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(T) / 4); ++i)
-    words[i] = __shfl_sync(0xffffffffu, words[i], src);
-  T out;
-  memcpy(&out, words, sizeof(T));
-  return out;
-}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -33,8 +33,9 @@ std::vector<Variant> d96_variants() {
     {"wgmma bwd d96 shared dQ-empty (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, false>>(p, ws, nullptr); }, false, 96},
     // The cleared accumulator (as at d128: tile_variants_d128_backward.cu).
     {"wgmma bwd d96 cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 96},
-    // dQ's own-key k-steps before the dS-ready barrier (as at d128).
-    {"wgmma bwd d96 dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 96},
+    // The library's shape before DqOwnKeysFirst (2026-12-05): dQ's k-steps all after the dS-ready
+    // barrier.
+    {"wgmma bwd d96 dQ after dS-ready (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 96},
     // Softcap: the library's.
     {"wgmma bwd d96 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96, true},
   };
