@@ -22,7 +22,8 @@
 #   the clock sampled; about 190 s), without the standalone benchmarks, traces and host times;
 #   sanitize:
 #   compute-sanitizer memcheck and racecheck on small cases, the persistent forward also on two
-#   blocks (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments (TUNE_DIMS="128 64": those head dims only;
+#   blocks (run after the benchmarks, as they are the slowest part); tune: tile-shape experiments
+#   (TUNE_DIMS="128 64": those head dims only;
 #   TUNE_ONLY=bwd: only the variants whose name holds "bwd", or one of "a|b"'s parts; TUNE_SKIP
 #   likewise leaves some out (a variant that hangs is left out of a second try by itself);
 #   TUNE_POINTS=64x1k,16x4k: only those points; TUNE_S: each round's time limit, default 330 s;

@@ -88,8 +88,9 @@ namespace varpack::cuda {
 // SplitDqEmpty (atomic dQ): each compute warpgroup waits for a free dQ buffer on a barrier of its
 // own with the reducing warps, not for the other warpgroup too (see the kernel).
 // DqOwnKeysFirst (atomic dQ, 64-query tiles): each warpgroup issues the k-steps of its dQ product
-// over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows (kDsReady),
-// and the other 64 keys' after it, so that the tensor cores hold more of its work while it waits.
+// over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
+// (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
+// while it waits.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
@@ -276,10 +277,12 @@ struct HopperAtomicBackwardConfig<64>
 // measured on the H100 (bf16, causal, 16 heads, tile_shapes, interleaved, two rounds, 2026-12-05
 // 12:10 UTC), TFLOP/s at 64 x 1k / 16 x 4k / 4 x 16k / mixed, the first round: d96 268.3 / 422.3 /
 // 489.2 / 380.0 against 268.2 / 415.2 / 482.6 / 376.3 (+0.0 / +1.6 to +1.7 / +1.0 to +1.4 / +0.8
-// to +1.0% in both rounds); d128 +0.2 to +1.1% but -0.8 / -1.6% at 4 x 16k, softcap -1.1 to +0.5%.
+// to +1.0% in both rounds; in a second call +0.0 / +0.8 to +1.1 / +1.8 to +2.6 / +0.0 to +0.9%,
+// with softcap within 0.3%); d128 +0.2 to +1.1% but -0.8 / -1.6% at 4 x 16k, softcap -1.1 to +0.5%.
 template <>
 struct HopperAtomicBackwardConfig<96>
-    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true, true> {};
+    : HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true,
+                         true> {};
 
 // The backward's timeline (experiments/backward_timeline.cu, built with
 // -DVARPACK_BACKWARD_TIMELINE; everywhere else the stamps compile to nothing, and the library's
