@@ -914,7 +914,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int kk = 0; kk < 4; ++kk)
           Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(own + kk * 2048),
                                                k_cols.at(own + kk * 2048), kk > 0);
-        // The other warpgroup's rows (free to overwrite as below).
+        // The other warpgroup's rows. (The previous tile's were free to overwrite, as in the
+        // branch below.)
         named_barrier_sync(kDsReady, Cfg::kComputeThreads);
         VARPACK_BACKWARD_STAMP(kDsReadyPassed);
 #pragma unroll

@@ -866,9 +866,9 @@ inline LaunchOrder forward_launch_order(const AttentionParams& p, int block_m, i
   return order;
 }
 
-// The persistent forward's blocks: one per multiprocessor, or VARPACK_FORWARD_BLOCKS=n (n >= 1)
-// fewer, so that on a test's small batch every block takes several works and reuses both work
-// slots (the sanitizer steps of scripts/gpu_run.sh).
+// The persistent forward's blocks: one per multiprocessor, or at most n with
+// VARPACK_FORWARD_BLOCKS=n (n >= 1), so that on a test's small batch every block takes several
+// works and reuses both work slots (the sanitizer steps of scripts/gpu_run.sh).
 inline int64_t forward_persistent_blocks(int sms) {
   const char* forced = std::getenv("VARPACK_FORWARD_BLOCKS");
   if (forced == nullptr) return sms;
