@@ -91,16 +91,10 @@ namespace varpack::cuda {
 // over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
-// AlternateDq (atomic dQ, 64-query tiles): a tile's whole dQ (both 64-column halves, one after the
-// other) by one compute warpgroup, warpgroup it % 2 at iteration it, so that only that warpgroup
-// waits for the other's dS^T rows; the other goes on to the next tile's scores while the first's
-// dQ products run. Without it both warpgroups wait for each other at every tile (each one's dQ
-// columns need both's dS^T), so their exponentials run at the same time while the tensor cores
-// idle (product_floor, 2026-12-05).
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, bool AlternateDq = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -120,10 +114,6 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
-  static constexpr bool kAlternateDq = AlternateDq;
-  static_assert(!AlternateDq || (QueryStep == 64 && !SplitColumns && !SplitDqEmpty &&
-                                 !DqOwnKeysFirst && !PingPong),
-                "one warpgroup's whole 64-row dQ a tile, with its own barrier protocol");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -330,11 +320,8 @@ enum HopperBackwardBarrier : int {
   kTurn = 6,     // + compute warpgroup: its turn to issue products (ping-pong, without atomic dQ)
   // SplitDqEmpty: kDqEmpty + buffer for compute warpgroup 0 only, this + buffer for warpgroup 1.
   kDqEmptyWg1 = 8,
-  kDsFree = 10,  // + compute warpgroup (SplitDqEmpty, AlternateDq): the other's dQ product has
-                 // read its dS^T
+  kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
   kDsOwn = 12,   // + compute warpgroup (DqOwnKeysFirst): its own four warps' dS^T rows are stored
-                 // (AlternateDq: its own four warps' dQ product has read the previous tile's rows)
-  kLoopsDone = 14,  // AlternateDq: both compute warpgroups are past the tile loop
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -357,21 +344,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kBM = Cfg::kQueryStep;
   constexpr int kStages = Cfg::kStages;
   constexpr int kDqCols = Cfg::kDqCols;
-  // AlternateDq: iteration it's dQ by compute warpgroup it % 2 alone, in buffer it % 2.
-  constexpr bool kAlternateDq = Cfg::kAlternateDq && kAtomicDq;
-  static_assert(!kAlternateDq || Cfg::kDqBuffers == 2, "buffer it % 2: warpgroup it % 2's own");
-  // The compute threads that store a tile's dQ + the reducing warps.
-  constexpr int kDqHandoff =
-      (kAlternateDq ? 128 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
+  // The compute threads + the reducing warps.
+  constexpr int kDqHandoff = Cfg::kComputeThreads + 32 * Cfg::kReducerWarps;
   // SplitDqEmpty: each compute warpgroup waits for a free dQ buffer on a barrier of its own with
   // the reducing warps, not for the other warpgroup too (the 2026-12-05 timelines: a buffer
   // returned ~1,000 clocks sooner by the reducing warps left the compute warps' ~300-clock wait
   // for it unchanged, so the other warpgroup may be what they waited for); the dS^T rows the
   // other warpgroup's dQ product reads are then guarded by kDsFree.
   constexpr bool kSplitDqEmpty = Cfg::kSplitDqEmpty && kAtomicDq;
-  constexpr int kDqEmptyCount = (kSplitDqEmpty || kAlternateDq ? Cfg::kComputeThreads / 2
-                                                                : Cfg::kComputeThreads) +
-                                32 * Cfg::kReducerWarps;
+  constexpr int kDqEmptyCount =
+      (kSplitDqEmpty ? Cfg::kComputeThreads / 2 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
   auto release_dq_buffer = [&](int b) {  // the reducing warps' arrival(s)
     named_barrier_arrive(kDqEmpty + b, kDqEmptyCount);
     if constexpr (kSplitDqEmpty) named_barrier_arrive(kDqEmptyWg1 + b, kDqEmptyCount);
@@ -645,9 +627,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int q0 = kSplitScores ? wg * kScoreQueries : 0;
   // dQ = dS K for this warpgroup's 64 query rows dq_row0 .. and kDqCols columns dq_col0 ..: dS^T
   // read MN-major from that query block, K read MN-major from that column offset.
-  // AlternateDq: the warpgroup whose turn it is computes both column halves, from column 0.
   const int dq_row0 = wg % Cfg::kDqRowBlocks * 64;
-  const int dq_col0 = kAlternateDq ? 0 : wg / Cfg::kDqRowBlocks * kDqCols;
+  const int dq_col0 = wg / Cfg::kDqRowBlocks * kDqCols;
   const Operand ds_rows(sDs + (dq_row0 / 64) * DsTile::kBlockBytes, DsTile::kBlockBytes);
   const Operand k_cols(sK + (dq_col0 / 64) * KvTile::kBlockBytes + (dq_col0 % 64) * 2,
                        KvTile::kBlockBytes);
@@ -847,14 +828,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // sync only past their wait for it); without it, both warpgroups' kDqEmpty sync orders it.
       if constexpr (kSplitDqEmpty)
         if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
-      // AlternateDq: the previous tile's dQ was the other warpgroup's turn where this one has its
-      // turn now (that one's arrival), else this one's own (its four warps past their waits).
-      if constexpr (kAlternateDq) {
-        if (it > 0) {
-          if (it % 2 == wg) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
-          else named_barrier_sync(kDsOwn + wg, 128);
-        }
-      }
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
@@ -892,24 +865,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                       dsf[k]);
       }
       if constexpr (kAtomicDq) fence_proxy_async();
-      // AlternateDq: handed to the warpgroup whose turn it is, which waits for them in products.
-      if constexpr (kAlternateDq)
-        if (it % 2 != wg) named_barrier_arrive(kDsReady, Cfg::kComputeThreads);
     }
     VARPACK_BACKWARD_STAMP(kScoresDone);
-  };
-  // Stages a dQ accumulator (rows dq_row0 + (warp % 4) * 16 + g + 8r of the tile, columns col0 +
-  // 8n + 2qd + {0, 1}) in dQ buffer b for the reducing warps.
-  auto stage_dq = [&](const float(&dq)[kDqCols / 2], int b, int col0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t row = sDq + b * Cfg::kDqBytes +
-                           (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
-                           (col0 + 2 * qd) * 4;
-#pragma unroll
-      for (int n = 0; n < kDqCols / 8; ++n)
-        st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
-    }
   };
   auto products = [&](int it) {
     const int s = it % kStages;
@@ -938,108 +895,79 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             dv, pf[kk], do_cols.at(kk * 2048), 1);
       wgmma_commit();
       VARPACK_BACKWARD_STAMP(kDvIssued);
-      // dQ[rows, columns col0 ..] = dS K over the block's keys: A = dS^T read MN-major, B = K
-      // read MN-major (rows = keys), a k-step kk = keys 16kk .. 16kk + 15.
+      // dQ[this warpgroup's rows, its columns] = dS K over the block's keys: A = dS^T read
+      // MN-major, B = K read MN-major (rows = keys), a k-step kk = keys 16kk .. 16kk + 15.
       float dq[kDqCols / 2];
       pin_registers(dq);
-      auto issue_dq = [&](uint32_t k_col_bytes) {
+      if constexpr (Cfg::kDqOwnKeysFirst) {
+        static_assert(kBN == 128 && kBM == 64, "one 64-key half of dS^T per warpgroup");
+        // The offsets of this warpgroup's 64 keys and of the other's in dS^T and K (2048 bytes a
+        // k-step of 16 keys), made per tile behind an asm mov: ptxas hoisted them out of the loop
+        // as four more descriptors, and the loop spilled 208 bytes instead of 40.
+        uint32_t own;
+        asm volatile("mov.b32 %0, %1;" : "=r"(own) : "r"(wg * 8192));
+        const uint32_t other = 8192 - own;
+        // This warpgroup's own keys first: its four warps' rows are stored.
+        named_barrier_sync(kDsOwn + wg, 128);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(own + kk * 2048),
+                                               k_cols.at(own + kk * 2048), kk > 0);
+        // The other warpgroup's rows. (The previous tile's were free to overwrite, as in the
+        // branch below.)
+        named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+        VARPACK_BACKWARD_STAMP(kDsReadyPassed);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(other + kk * 2048),
+                                               k_cols.at(other + kk * 2048), 1);
+      } else {
+        // Every warp's dS^T rows are in shared memory. (The previous tile's were free to
+        // overwrite: both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product
+        // completed.)
+        named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+        VARPACK_BACKWARD_STAMP(kDsReadyPassed);
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk)
-          Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(kk * 2048),
-                                               k_cols.at(k_col_bytes + kk * 2048), kk > 0);
-      };
-      auto issue_dk = [&] {
-#pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
-          Wgmma<T, kOwnCols>::template rs<1>(dk, dsf[kk], q_cols.at(kk * 2048), 1);
-        wgmma_commit();
-        VARPACK_BACKWARD_STAMP(kDqDkIssued);
-      };
-      if constexpr (kAlternateDq) {
-        const int b = it % 2;
-        if (it % 2 != wg) {
-          issue_dk();  // not this warpgroup's turn: its dS^T rows went over in scores
-        } else {
-          // Both 64-column halves through one accumulator: the first with dK's product behind
-          // it on the tensor cores, the second once the first is staged.
-          named_barrier_sync(kDsReady, Cfg::kComputeThreads);
-          VARPACK_BACKWARD_STAMP(kDsReadyPassed);
-          wgmma_fence();
-          issue_dq(0);
-          wgmma_commit();
-          issue_dk();
-          wgmma_wait<1>();  // dV's product and the first half
-          pin_registers(dq);
-          named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
-          VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
-          stage_dq(dq, b, 0);
-          wgmma_fence();  // the stores read dq before the second half overwrites it
-          issue_dq(KvTile::kBlockBytes);
-          wgmma_commit();
-          wgmma_wait<0>();  // dK's product and the second half
-          pin_registers(dq);
-          VARPACK_BACKWARD_STAMP(kDvDqLanded);
-          // Both warpgroups' dS^T rows are read: the other may overwrite its own (the last
-          // tile's arrival would be left pending, so none).
-          if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
-          stage_dq(dq, b, kDqCols);
-          fence_proxy_async();  // before the bulk reductions read them
-          named_barrier_arrive(kDqFull + b, kDqHandoff);
-        }
-      } else {
-        if constexpr (Cfg::kDqOwnKeysFirst) {
-          static_assert(kBN == 128 && kBM == 64, "one 64-key half of dS^T per warpgroup");
-          // The offsets of this warpgroup's 64 keys and of the other's in dS^T and K (2048 bytes a
-          // k-step of 16 keys), made per tile behind an asm mov: ptxas hoisted them out of the loop
-          // as four more descriptors, and the loop spilled 208 bytes instead of 40.
-          uint32_t own;
-          asm volatile("mov.b32 %0, %1;" : "=r"(own) : "r"(wg * 8192));
-          const uint32_t other = 8192 - own;
-          // This warpgroup's own keys first: its four warps' rows are stored.
-          named_barrier_sync(kDsOwn + wg, 128);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(own + kk * 2048),
-                                                 k_cols.at(own + kk * 2048), kk > 0);
-          // The other warpgroup's rows. (The previous tile's were free to overwrite, as in the
-          // branch below.)
-          named_barrier_sync(kDsReady, Cfg::kComputeThreads);
-          VARPACK_BACKWARD_STAMP(kDsReadyPassed);
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            Wgmma<T, kDqCols>::template ss<1, 1>(dq, ds_rows.at(other + kk * 2048),
-                                                 k_cols.at(other + kk * 2048), 1);
-        } else {
-          // Every warp's dS^T rows are in shared memory. (The previous tile's were free to
-          // overwrite: both warpgroups passed its dQ hand-off, kDqEmpty, after their dQ product
-          // completed.)
-          named_barrier_sync(kDsReady, Cfg::kComputeThreads);
-          VARPACK_BACKWARD_STAMP(kDsReadyPassed);
-          wgmma_fence();
-          issue_dq(0);
-        }
-        wgmma_commit();
-        issue_dk();
-        wgmma_wait<1>();  // dV's and dQ's products
-        pin_registers(dq);
-        VARPACK_BACKWARD_STAMP(kDvDqLanded);
-
-        // Hand dQ to the reducing warps.
-        const int b = it % Cfg::kDqBuffers;
-        if constexpr (kSplitDqEmpty) {
-          // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite its
-          // rows (the last tile's arrival would be left pending, so none).
-          if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
-          named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
-        } else {
-          named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
-        }
-        VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
-        stage_dq(dq, b, dq_col0);
-        fence_proxy_async();  // before the bulk reductions read them
-        named_barrier_arrive(kDqFull + b, kDqHandoff);
+          Wgmma<T, kDqCols>::template ss<1, 1>(
+              dq, ds_rows.at(kk * 2048), k_cols.at(kk * 2048), kk > 0);
       }
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+        Wgmma<T, kOwnCols>::template rs<1>(
+            dk, dsf[kk], q_cols.at(kk * 2048), 1);
+      wgmma_commit();
+      VARPACK_BACKWARD_STAMP(kDqDkIssued);
+      wgmma_wait<1>();  // dV's and dQ's products
+      pin_registers(dq);
+      VARPACK_BACKWARD_STAMP(kDvDqLanded);
+
+      // Hand dQ to the reducing warps. Accumulator rows are queries dq_row0 + (warp % 4) * 16 + g
+      // + 8r of the tile, columns dq_col0 + 8n + 2qd + {0, 1}.
+      const int b = it % Cfg::kDqBuffers;
+      if constexpr (kSplitDqEmpty) {
+        // This warpgroup's dQ product has read both warpgroups' dS^T: the other may overwrite its
+        // rows (the last tile's arrival would be left pending, so none).
+        if (it + 1 < iters) named_barrier_arrive(kDsFree + 1 - wg, Cfg::kComputeThreads);
+        named_barrier_sync((wg == 0 ? kDqEmpty : kDqEmptyWg1) + b, kDqEmptyCount);
+      } else {
+        named_barrier_sync(kDqEmpty + b, kDqEmptyCount);
+      }
+      VARPACK_BACKWARD_STAMP(kDqEmptyPassed);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t row = sDq + b * Cfg::kDqBytes +
+                             (dq_row0 + (warp % 4) * 16 + g + 8 * r) * Cfg::kDqRowBytes +
+                             (dq_col0 + 2 * qd) * 4;
+#pragma unroll
+        for (int n = 0; n < kDqCols / 8; ++n)
+          st_shared_f32x2(row + n * 32, dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]);
+      }
+      fence_proxy_async();  // before the bulk reductions read them
+      named_barrier_arrive(kDqFull + b, kDqHandoff);
     } else if constexpr (kSplitScores) {
       // P^T and dS^T from this tile's buffer, K-major (rows = keys, k-step kk = 16 queries).
       const uint32_t buf = sDs + (it % 2) * 2 * DsTile::kBytes;
@@ -1099,8 +1027,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // the other warpgroup's rows).
   using RowsOut = WarpRowsOut<T, kOwnCols>;
   static_assert(8 * RowsOut::kScratchBytes <= 2 * KvTile::kBytes, "K and V hold 8 warps' rows");
-  // (With AlternateDq kDsReady's last phase may still be open: one warpgroup only arrives there.)
-  named_barrier_sync(kAlternateDq ? kLoopsDone : kDsReady, Cfg::kComputeThreads);
+  named_barrier_sync(kDsReady, Cfg::kComputeThreads);
   const uint32_t scratch = sK + warp * RowsOut::kScratchBytes;
   const int64_t row0 = n0 + warp_key;
   const int col0 = Cfg::kSplitColumns ? wg * kOwnCols : 0;  // this warpgroup's first column

@@ -33,9 +33,6 @@ std::vector<Variant> d128_backward_variants() {
     // (DqOwnKeysFirst), the other warpgroup's after it.
     {"wgmma bwd dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // Each tile's whole dQ by one compute warpgroup, the two taking turns (AlternateDq).
-    {"wgmma bwd alternate dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap alternate dQ", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
