@@ -97,8 +97,11 @@ namespace varpack::cuda {
 // accumulator, stage it in the one dQ buffer, and its reducing warps add it as before; the compute
 // warpgroups only store dS^T and go on. Without it, each compute warpgroup's dQ product needs both
 // warpgroups' dS^T, so the two run in step and do their exponentials at the same time while the
-// tensor cores idle (product_floor, 2026-12-05). Registers: the producer 64 a thread, the compute
-// warpgroups 224 (without dQ's 32).
+// tensor cores idle (product_floor, 2026-12-05). Registers: the producer 64 a thread (dQ in
+// 32-column parts, a 16-register accumulator: with 64-column halves it spilled and ptxas serialized
+// its products), the compute warpgroups 224 (they hold no dQ); with IssueAhead at d128 ptxas then
+// serialized every product (C7512; at 232 / 48 too), so d128's variants run without it. Written
+// and compile-checked on 2026-12-05, not yet run.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
