@@ -93,9 +93,9 @@ namespace varpack::cuda {
 // while it waits.
 // DqByProducer (atomic dQ, 64-query tiles; an experiment): the producer warpgroup's four warps
 // compute each tile's dQ = dS K themselves (wgmma takes a whole warpgroup), from both compute
-// warpgroups' dS^T in one of two buffers, in two 64-column halves through one 32-register
-// accumulator, stage it in the one dQ buffer, and its reducing warps add it as before; the compute
-// warpgroups only store dS^T and go on. Without it, each compute warpgroup's dQ product needs both
+// warpgroups' dS^T in one of two buffers, in 32-column parts through one accumulator, stage it in
+// the one dQ buffer, and its reducing warps add it as before; the compute warpgroups only store
+// dS^T and go on. Without it, each compute warpgroup's dQ product needs both
 // warpgroups' dS^T, so the two run in step and do their exponentials at the same time while the
 // tensor cores idle (product_floor, 2026-12-05). Registers: the producer 64 a thread (dQ in
 // 32-column parts, a 16-register accumulator: with 64-column halves it spilled and ptxas serialized
