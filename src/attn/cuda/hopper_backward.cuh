@@ -507,44 +507,58 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
-    // DqByProducer (an experiment; HopperBackwardTile): the producer's own loop. Its fills and
-    // reductions are the library's below, written out again so that the library's kernel stays
-    // as it was (in shared lambdas ptxas scheduled the library's compute code differently).
+    // By the load warps (TmaPrologue): a key tile wholly inside the sequence by the TMA unit; a
+    // partial one by cp.async, which zero-fills the rows past its end (the TMA box would bring the
+    // next sequence's rows).
+    auto fill_kv = [&] {
+      if (n0 + kBN <= seq.k_len) {
+        if (threadIdx.x == 0) {
+          mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
+          const int row = static_cast<int>(seq.k_begin + n0);
+          tma_load_gmma_tile<KvTile, D>(sK, k_map, hk, row, kv_full);
+          tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
+        }
+      } else {
+        load_kv(LoadThreads{}, std::integral_constant<int, 1>{});
+      }
+      cp_async_arrive(kv_full);
+    };
+    // By the load warps: fill number (it - kFirst) / kStages of stage it % kStages (iteration 0 is
+    // the loop's with TmaPrologue, kFirst = 0, else the prologue's) once both compute warpgroups
+    // are done with its previous tile. A tile wholly inside the sequence goes through the TMA
+    // unit: issuing its copies thread by thread took these two warps about as long as the compute
+    // warpgroups took for the tile, so the compute waited for data.
+    constexpr int kFirst = kTmaPrologue ? 0 : 1;
+    auto fill_stage = [&](int it, const TileCursor& cursor) {
+      const int s = it % kStages;
+      if (it >= kStages) {
+        VARPACK_BACKWARD_STAMP(kRefillStart);
+        mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
+        VARPACK_BACKWARD_STAMP(kStageEmptied);
+        VARPACK_BACKWARD_COUNT(kRefills);
+      }
+      const int64_t m0 = tile_start(cursor);
+      if (m0 + kBM <= seq.q_len) {
+        const int h = hk * group + cursor.head;
+        if (threadIdx.x == 0) {
+          // Before this thread's arrival below, so the phase cannot complete without the bytes.
+          mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
+          const int row = static_cast<int>(seq.q_begin + m0);
+          const uint32_t stage = s * QTile::kBytes;
+          tma_load_gmma_tile<QTile, D>(sQ + stage, q_map, h, row, stage_full(s));
+          tma_load_gmma_tile<QTile, D>(sdO + stage, dout_map, h, row, stage_full(s));
+        }
+        load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
+      } else {
+        load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it, cursor);
+      }
+      cp_async_arrive(stage_full(s));
+    };
+    // DqByProducer (an experiment; HopperBackwardTile): the producer's own loop. Its reductions
+    // are the library's below, written out again so that the library's kernel stays as it was
+    // (shared as a lambda, ptxas scheduled the library's compute code differently).
     if constexpr (kDqByProducer) {
       const int lane = static_cast<int>(threadIdx.x) % 32;
-      auto fill_kv = [&] {  // the load warps: K and V (TmaPrologue)
-        if (n0 + kBN <= seq.k_len) {
-          if (threadIdx.x == 0) {
-            mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
-            const int row = static_cast<int>(seq.k_begin + n0);
-            tma_load_gmma_tile<KvTile, D>(sK, k_map, hk, row, kv_full);
-            tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
-          }
-        } else {
-          load_kv(LoadThreads{}, std::integral_constant<int, 1>{});
-        }
-        cp_async_arrive(kv_full);
-      };
-      auto fill_stage = [&](int it, const TileCursor& cursor) {  // the load warps: iteration it
-        const int s = it % kStages;
-        if (it >= kStages) mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
-        const int64_t m0 = tile_start(cursor);
-        if (m0 + kBM <= seq.q_len) {
-          const int h = hk * group + cursor.head;
-          if (threadIdx.x == 0) {
-            mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
-            const int row = static_cast<int>(seq.q_begin + m0);
-            const uint32_t stage = s * QTile::kBytes;
-            tma_load_gmma_tile<QTile, D>(sQ + stage, q_map, h, row, stage_full(s));
-            tma_load_gmma_tile<QTile, D>(sdO + stage, dout_map, h, row, stage_full(s));
-          }
-          load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
-        } else {
-          load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it, cursor);
-        }
-        cp_async_arrive(stage_full(s));
-      };
-      constexpr int kFirst = kTmaPrologue ? 0 : 1;
       // The reducing warps: rows r of the tile with dq_row_group(r) == row_group, stored where
       // this block is the first at them, else added (ClaimDqRows).
       const int row_group = warp - 2;
@@ -656,53 +670,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       return;
     }
     if (warp < 2) {
-      if (kTmaPrologue && iters > 0) {
-        // A key tile wholly inside the sequence by the TMA unit; a partial one by cp.async, which
-        // zero-fills the rows past its end (the TMA box would bring the next sequence's rows).
-        if (n0 + kBN <= seq.k_len) {
-          if (threadIdx.x == 0) {
-            mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
-            const int row = static_cast<int>(seq.k_begin + n0);
-            tma_load_gmma_tile<KvTile, D>(sK, k_map, hk, row, kv_full);
-            tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
-          }
-        } else {
-          load_kv(LoadThreads{}, std::integral_constant<int, 1>{});
-        }
-        cp_async_arrive(kv_full);
-      }
-      // Fill number (it - kFirst) / kStages of stage it % kStages (iteration 0 is this loop's with
-      // TmaPrologue, kFirst = 0, else the prologue's); refill a stage once both compute
-      // warpgroups are done with its previous tile. A tile wholly inside the sequence goes through
-      // the TMA unit: issuing its copies thread by thread took these two warps about as long as
-      // the compute warpgroups took for the tile, so the compute waited for data.
+      if (kTmaPrologue && iters > 0) fill_kv();
       TileCursor cursor{0, 0};
-      constexpr int kFirst = kTmaPrologue ? 0 : 1;
       for (int it = kFirst; it < iters; ++it) {
         if (it > 0) cursor.step(m_tiles);
-        const int s = it % kStages;
-        if (it >= kStages) {
-          VARPACK_BACKWARD_STAMP(kRefillStart);
-          mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
-          VARPACK_BACKWARD_STAMP(kStageEmptied);
-          VARPACK_BACKWARD_COUNT(kRefills);
-        }
-        const int64_t m0 = tile_start(cursor);
-        if (m0 + kBM <= seq.q_len) {
-          const int h = hk * group + cursor.head;
-          if (threadIdx.x == 0) {
-            // Before this thread's arrival below, so the phase cannot complete without the bytes.
-            mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
-            const int row = static_cast<int>(seq.q_begin + m0);
-            const uint32_t stage = s * QTile::kBytes;
-            tma_load_gmma_tile<QTile, D>(sQ + stage, q_map, h, row, stage_full(s));
-            tma_load_gmma_tile<QTile, D>(sdO + stage, dout_map, h, row, stage_full(s));
-          }
-          load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
-        } else {
-          load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it, cursor);
-        }
-        cp_async_arrive(stage_full(s));
+        fill_stage(it, cursor);
       }
       cp_async_wait<0>();
     } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
