@@ -121,6 +121,14 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 // Moves registers between warpgroups: a producer gives its share back, consumers take it. All
 // threads of a warpgroup execute the same call; the kernel needs __launch_bounds__(threads, 1) so
 // that ptxas knows the per-thread count at entry (otherwise it ignores these).
+// The registers moved are only the block's own: each thread starts with 65536 / threads rounded
+// down to a multiple of 8 (168 at 384 threads: a pool of 64,512, not 64K), and an increase the
+// pool cannot cover waits forever (DqByProducer's 64 / 224 split hung so, 2026-12-05).
+constexpr bool warpgroup_registers_fit(int threads, int producer_registers,
+                                       int consumer_registers) {
+  const int at_launch = 65536 / threads / 8 * 8;
+  return 128 * producer_registers + (threads - 128) * consumer_registers <= threads * at_launch;
+}
 template <int kRegisters>
 __device__ __forceinline__ void warpgroup_registers_down() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

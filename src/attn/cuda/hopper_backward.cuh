@@ -143,9 +143,12 @@ struct HopperBackwardTile {
   static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
   static constexpr int kComputeThreads = 256;
   static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; then the reducing warps
-  // 128 x 24 + 256 x 240 <= 64K registers (DqByProducer: 128 x 64 + 256 x 224).
-  static constexpr int kProducerRegisters = DqByProducer ? 64 : 24;
+  // 128 x 24 + 256 x 240 = 384 x 168, the block's registers at launch (DqByProducer: 128 x 56 +
+  // 256 x 224).
+  static constexpr int kProducerRegisters = DqByProducer ? 56 : 24;
   static constexpr int kComputeRegisters = DqByProducer ? 224 : 240;
+  static_assert(warpgroup_registers_fit(kThreads, kProducerRegisters, kComputeRegisters),
+                "the block's registers at launch hold every warpgroup's budget");
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;

@@ -46,7 +46,9 @@ struct HopperDqTile {
   static constexpr int kBlockN = BlockN;
   static constexpr int kStages = Stages;
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;  // 128 x 24 + 256 x 240 <= 64K registers
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(warpgroup_registers_fit(kThreads, kProducerRegisters, kConsumerRegisters),
+                "the block's registers at launch hold every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
   static constexpr int kOutCols = OutCols;

@@ -98,8 +98,8 @@ struct HopperForwardTile {
   // 2026-12-02 04:30 UTC) d128 594 -> 603 and 588 -> 597, d96 (on d128's tiles) 502 -> 512 and 504
   // -> 517; but d64's three consumers 509 -> 481 and 510 -> 476, d256's 64-key tiles 626 -> 611.
   static constexpr bool kHeadsPastLongKeys = D == 128;
-  static_assert(ProducerRegisters * 128 + ConsumerRegisters * 128 * Consumers <= 65536,
-                "the register file holds every warpgroup's budget");
+  static_assert(warpgroup_registers_fit(kThreads, ProducerRegisters, ConsumerRegisters),
+                "the block's registers at launch hold every warpgroup's budget");
   using QTile = GmmaTile<kBlockM, D>;
   using KvTile = GmmaTile<kBlockN, D>;
   static constexpr int kOutCols = OutCols;
