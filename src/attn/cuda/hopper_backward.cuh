@@ -93,15 +93,17 @@ namespace varpack::cuda {
 // while it waits.
 // DqByProducer (atomic dQ, 64-query tiles; an experiment): the producer warpgroup's four warps
 // compute each tile's dQ = dS K themselves (wgmma takes a whole warpgroup), from both compute
-// warpgroups' dS^T in one of two buffers, in 32-column parts through one accumulator, stage it in
-// the one dQ buffer, and its reducing warps add it as before; the compute warpgroups only store
-// dS^T and go on. Without it, each compute warpgroup's dQ product needs both
-// warpgroups' dS^T, so the two run in step and do their exponentials at the same time while the
-// tensor cores idle (product_floor, 2026-12-05). Registers: the producer 64 a thread (dQ in
-// 32-column parts, a 16-register accumulator: with 64-column halves it spilled and ptxas serialized
-// its products), the compute warpgroups 224 (they hold no dQ); with IssueAhead at d128 ptxas then
-// serialized every product (C7512; at 232 / 48 too), so d128's variants run without it. Written
-// and compile-checked on 2026-12-05, not yet run.
+// warpgroups' dS^T in one of two buffers, in 32-column parts through one accumulator, and add each
+// part from their registers to the accumulator, which the Delta pass clears (no claims); the
+// compute warpgroups only store dS^T and go on. Without it, each compute warpgroup's dQ product
+// needs both warpgroups' dS^T, so the two run in step and do their exponentials at the same time
+// while the tensor cores idle (product_floor, 2026-12-05). Registers: the producer 56 a thread (a
+// 16-register accumulator), the compute warpgroups 224 (they hold no dQ); with IssueAhead at d128
+// ptxas then serialized every product (C7512; at 232 / 48 too), so d128's variants run without
+// it. Its first form (fa32d01: dQ staged in one buffer and added by the reducing warps, with
+// claims) measured 0.50-0.73x the library (H100, 2026-12-05 15:25 UTC): the producer's path a
+// tile, products, staging, reductions and a fill that waited for the compute's stage, all in
+// series, took about as long at every point whatever the compute's tile took.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
@@ -128,7 +130,7 @@ struct HopperBackwardTile {
   static constexpr bool kDqByProducer = DqByProducer;
   static_assert(!DqByProducer || (QueryStep == 64 && !SplitColumns && !SplitDqEmpty &&
                                   !DqOwnKeysFirst && !PingPong && StmatrixDs && TmaPrologue &&
-                                  ClaimDqRows),
+                                  !ClaimDqRows),
                 "the producer's dQ over a 64-row tile, with its own barrier protocol");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
@@ -152,8 +154,9 @@ struct HopperBackwardTile {
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;
-  // The reducing warps read one dQ buffer while the other fills (DqByProducer: one, filled by the
-  // producer's own warps once the reducing ones have read it; shared memory holds two dS^T).
+  // The reducing warps read one dQ buffer while the other fills (DqByProducer adds dQ from its
+  // registers and stages none; one, unused, keeps the library's code compiling as it is; shared
+  // memory holds two dS^T).
   static constexpr int kDqBuffers = DqByProducer ? 1 : 2;
   static constexpr int kDsBuffers = DqByProducer ? 2 : 1;
   // The two compute warpgroups split dQ's kQueryStep x D tile (wgmma rows come in 64s): a 64-row
@@ -349,7 +352,6 @@ enum HopperBackwardBarrier : int {
   // DqByProducer, which takes no turns (kTurn's ids): + dS^T buffer, both compute warpgroups' rows
   // of a tile are stored there; kDsFree + dS^T buffer: the producer's dQ product has read it.
   kDsStored = 6,
-  kProducerRows = 14,  // DqByProducer: the producer's four warps have staged (or read) a dQ tile
   kLoopsDone = 15,     // DqByProducer: the compute loops and the producer's dQ products are done
 };
 
@@ -557,54 +559,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       cp_async_arrive(stage_full(s));
     };
-    // DqByProducer (an experiment; HopperBackwardTile): the producer's own loop. Its reductions
-    // are the library's below, written out again so that the library's kernel stays as it was
-    // (shared as a lambda, ptxas scheduled the library's compute code differently).
+    // DqByProducer (an experiment; HopperBackwardTile): the producer's own loop.
     if constexpr (kDqByProducer) {
       const int lane = static_cast<int>(threadIdx.x) % 32;
-      // The reducing warps: rows r of the tile with dq_row_group(r) == row_group, stored where
-      // this block is the first at them, else added (ClaimDqRows).
-      const int row_group = warp - 2;
-      const int first_row = row_group * 32 + lane;
-      constexpr int kRowStep = 32 * Cfg::kReducerWarps;
-      auto state_of = [&](const TileCursor& c) {
-        return dq_states + dq_state_index(seq.q_begin + tile_start(c), row_group, p.heads,
-                                          hk * group + c.head);
-      };
-      auto has_rows = [&](const TileCursor& c) {
-        return row_group * 32 < seq.q_len - tile_start(c);
-      };
-      // Iteration it's dQ, staged in the one buffer, into the accumulator; `seen`: its rows' state
-      // as read a tile ahead, then the next tile's.
-      auto add_dq_tile = [&](int it, const TileCursor& cursor, uint32_t& seen) {
-        const int h = hk * group + cursor.head;
-        const int64_t m0 = tile_start(cursor);
-        const int64_t left = seq.q_len - m0;
-        const int rows = left < kBM ? static_cast<int>(left) : kBM;
-        uint32_t* state = state_of(cursor);
-        const bool first = first_to_dq_rows(state, seen, lane);
-        float* dst = dq_accum + ((seq.q_begin + m0 + first_row) * p.heads + h) * kDataD;
-        const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
-        uint32_t src = sDq + first_row * Cfg::kDqRowBytes;
-        constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
-        if (first) {
-          for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
-            bulk_store(dst, src, kDataD * 4);
-        } else {
-          for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
-            bulk_reduce_add_f32(dst, src, kDataD * 4);
-        }
-        bulk_commit();
-        TileCursor next = cursor;
-        next.step(m_tiles);
-        seen = it + 1 < iters && has_rows(next) ? peek_dq_rows(state_of(next)) : kDqRowsStored;
-        bulk_wait_read<0>();
-        if (first) publish_dq_rows(state, lane);
-      };
       // All four warps: each tile's dQ = dS K once both compute warpgroups' dS^T rows are in
-      // dS^T buffer it % 2 (A = dS^T read MN-major, B = K read MN-major, a k-step = 16 keys); the
-      // load warps fill the next stage while the first part runs; the reducing warps add the
-      // staged tile.
+      // dS^T buffer it % 2 (A = dS^T read MN-major, B = K read MN-major, a k-step = 16 keys), in
+      // 32-column parts through one 16-register accumulator, each part added to the (cleared)
+      // accumulator from the registers; then the load warps fill the stage the compute
+      // warpgroups have released by then (its wait ends before they can store the next tile's
+      // dS^T, which this loop waits for anyway).
       if (kTmaPrologue && iters > 0 && warp < 2) fill_kv();
       TileCursor fill_cursor{0, 0};
       int next_fill = kFirst;
@@ -619,53 +582,51 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbarrier_wait(kv_full, 0);
         fence_proxy_async();  // K by cp.async (a partial tile), before wgmma reads it
       }
-      // dQ's tile in 32-column parts through one 16-register accumulator (at 64 registers a
-      // thread the producer spilled around a 32-register one, and ptxas serialized its products);
-      // only kDataD columns reach the accumulator, so d96 on d128's tiles computes three parts.
+      // Only kDataD columns reach the accumulator, so d96 on d128's tiles computes three parts.
       constexpr int kPartCols = 32;
       constexpr int kParts = kDataD / kPartCols;
       static_assert(kDataD % kPartCols == 0, "whole parts");
       const GmmaOperand<true> k_cols(sK, KvTile::kBlockBytes);
       float dq[kPartCols / 2];
-      auto issue_dq = [&](const GmmaOperand<true>& ds_rows, int part) {
-        const uint32_t col_bytes =
-            (part * kPartCols / 64) * KvTile::kBlockBytes + (part * kPartCols % 64) * 2;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
-          Wgmma<T, kPartCols>::template ss<1, 1>(dq, ds_rows.at(kk * 2048),
-                                                 k_cols.at(col_bytes + kk * 2048), kk > 0);
-        wgmma_commit();
-      };
+      const int g = lane / 4, qd = lane % 4;
       TileCursor cursor{0, 0};
-      uint32_t seen = kDqRowsStored;
-      if (warp >= 2 && iters > 0 && has_rows(cursor)) seen = peek_dq_rows(state_of(cursor));
       for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
         const int b = it % 2;
         named_barrier_sync(kDsStored + b, Cfg::kThreads);
         const GmmaOperand<true> ds_rows(sDs + b * DsTile::kBytes, DsTile::kBlockBytes);
-        issue_dq(ds_rows, 0);
-        if (warp < 2) fill_until(it + 1 + kStages);
-        wgmma_wait<0>();
-        pin_registers(dq);
-        // The reducing warps have read the previous tile's rows (add_dq_tile waits for that).
-        named_barrier_sync(kProducerRows, 128);
+        const int h = hk * group + cursor.head;
+        const int64_t m0 = tile_start(cursor);
+        const int64_t left = seq.q_len - m0;
+        // This thread's rows warp * 16 + g + 8r of the tile (wgmma's accumulator layout).
+        const int row0 = warp * 16 + g;
+        float* dst = dq_accum + ((seq.q_begin + m0 + row0) * p.heads + h) * kDataD + 2 * qd;
+        const int64_t eight_rows = 8 * static_cast<int64_t>(p.heads) * kDataD;
 #pragma unroll
         for (int part = 0; part < kParts; ++part) {
-          if (part > 0) {
-            issue_dq(ds_rows, part);
-            wgmma_wait<0>();
-            pin_registers(dq);
-          }
+          const uint32_t col_bytes =
+              (part * kPartCols / 64) * KvTile::kBlockBytes + (part * kPartCols % 64) * 2;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kBN / 16; ++kk)
+            Wgmma<T, kPartCols>::template ss<1, 1>(dq, ds_rows.at(kk * 2048),
+                                                   k_cols.at(col_bytes + kk * 2048), kk > 0);
+          wgmma_commit();
+          wgmma_wait<0>();
+          pin_registers(dq);
           // Buffer b's dS^T is read: the compute warpgroups may store iteration it + 2's there
           // (the last tiles' arrivals would be left pending, so none).
           if (part == kParts - 1 && it + 2 < iters)
             named_barrier_arrive(kDsFree + b, Cfg::kThreads);
-          stage_accumulator<kPartCols, Cfg::kDqRowBytes>(dq, sDq, warp, lane, part * kPartCols);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            if (row0 + 8 * r >= left) continue;
+#pragma unroll
+            for (int n = 0; n < kPartCols / 8; ++n)
+              red_add_f32x2(dst + r * eight_rows + part * kPartCols + 8 * n, dq[4 * n + 2 * r],
+                            dq[4 * n + 2 * r + 1]);
+          }
         }
-        fence_proxy_async();  // before the bulk reductions read them
-        named_barrier_sync(kProducerRows, 128);
-        if (warp >= 2) add_dq_tile(it, cursor, seen);
+        if (warp < 2) fill_until(it + 1 + kStages);
       }
       // The last dQ product has read K: the compute warpgroups may stage dK and dV there.
       named_barrier_arrive(kLoopsDone, Cfg::kThreads);
