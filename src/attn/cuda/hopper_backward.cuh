@@ -91,23 +91,10 @@ namespace varpack::cuda {
 // over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
-// DqByProducer (atomic dQ, 64-query tiles; an experiment): the producer warpgroup's four warps
-// compute each tile's dQ = dS K themselves (wgmma takes a whole warpgroup), from both compute
-// warpgroups' dS^T in one of two buffers, in 32-column parts through one accumulator, and add each
-// part from their registers to the accumulator, which the Delta pass clears (no claims); the
-// compute warpgroups only store dS^T and go on. Without it, each compute warpgroup's dQ product
-// needs both warpgroups' dS^T, so the two run in step and do their exponentials at the same time
-// while the tensor cores idle (product_floor, 2026-12-05). Registers: the producer 56 a thread (a
-// 16-register accumulator), the compute warpgroups 224 (they hold no dQ); with IssueAhead at d128
-// ptxas then serialized every product (C7512; at 232 / 48 too), so d128's variants run without
-// it. Its first form (fa32d01: dQ staged in one buffer and added by the reducing warps, with
-// claims) measured 0.50-0.73x the library (H100, 2026-12-05 15:25 UTC): the producer's path a
-// tile, products, staging, reductions and a fill that waited for the compute's stage, all in
-// series, took about as long at every point whatever the compute's tile took.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, bool DqByProducer = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -127,11 +114,6 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
-  static constexpr bool kDqByProducer = DqByProducer;
-  static_assert(!DqByProducer || (QueryStep == 64 && !SplitColumns && !SplitDqEmpty &&
-                                  !DqOwnKeysFirst && !PingPong && StmatrixDs && TmaPrologue &&
-                                  !ClaimDqRows),
-                "the producer's dQ over a 64-row tile, with its own barrier protocol");
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -145,20 +127,14 @@ struct HopperBackwardTile {
   static constexpr int kThreads = 384;         // producer warpgroup + two compute warpgroups
   static constexpr int kComputeThreads = 256;
   static constexpr int kLoadThreads = 64;      // producer warps 0 and 1; then the reducing warps
-  // 128 x 24 + 256 x 240 = 384 x 168, the block's registers at launch (DqByProducer: 128 x 56 +
-  // 256 x 224).
-  static constexpr int kProducerRegisters = DqByProducer ? 56 : 24;
-  static constexpr int kComputeRegisters = DqByProducer ? 224 : 240;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kComputeRegisters = 240;
   static_assert(warpgroup_registers_fit(kThreads, kProducerRegisters, kComputeRegisters),
                 "the block's registers at launch hold every warpgroup's budget");
   static constexpr int kKeysPerBlock = SplitColumns ? 64 : 128;
   static constexpr int kQueryStep = QueryStep;
   static constexpr int kStages = Stages;
-  // The reducing warps read one dQ buffer while the other fills (DqByProducer adds dQ from its
-  // registers and stages none; one, unused, keeps the library's code compiling as it is; shared
-  // memory holds two dS^T).
-  static constexpr int kDqBuffers = DqByProducer ? 1 : 2;
-  static constexpr int kDsBuffers = DqByProducer ? 2 : 1;
+  static constexpr int kDqBuffers = 2;  // the reducing warps read one while the other fills
   // The two compute warpgroups split dQ's kQueryStep x D tile (wgmma rows come in 64s): a 64-row
   // tile by columns, a 128-row one by rows. Each computes kDqRowBlocks == 1 ? all 64 rows x D / 2
   // columns : its own 64 rows x D columns.
@@ -176,8 +152,7 @@ struct HopperBackwardTile {
   static constexpr int kDsOffset = kDoOffset + kStages * QTile::kBytes;
   // dS^T (atomic dQ); with SplitScores two buffers of P^T and dS^T.
   static constexpr int kDqOffset =
-      kDsOffset +
-      (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : kDsBuffers * DsTile::kBytes);
+      kDsOffset + (SplitScores ? 4 * DsTile::kBytes : SplitColumns ? 0 : DsTile::kBytes);
   static constexpr int kDqBytes = kQueryStep * kDqRowBytes;
   static constexpr int kStatOffset = kDqOffset + (SplitColumns ? 0 : kDqBuffers * kDqBytes);
   static constexpr int kBarrierOffset = kStatOffset + kStages * 2 * kQueryStep * 4;
@@ -349,29 +324,7 @@ enum HopperBackwardBarrier : int {
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
   kDsOwn = 12,   // + compute warpgroup (DqOwnKeysFirst): its own four warps' dS^T rows are stored
-  // DqByProducer, which takes no turns (kTurn's ids): + dS^T buffer, both compute warpgroups' rows
-  // of a tile are stored there; kDsFree + dS^T buffer: the producer's dQ product has read it.
-  kDsStored = 6,
-  kLoopsDone = 15,     // DqByProducer: the compute loops and the producer's dQ products are done
 };
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Stores a warpgroup's 64-row fp32 wgmma accumulator of kCols columns (warp w's rows 16w + g + 8r,
-// columns col0 + 8n + 2qd + {0, 1}; g = lane / 4, qd = lane % 4) at `buffer`, kRowBytes a row.
-template <int kCols, int kRowBytes>
-__device__ __forceinline__ void stage_accumulator(const float (&acc)[kCols / 2], uint32_t buffer,
-                                                  int warp, int lane, int col0) {
-  const int g = lane / 4, qd = lane % 4;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const uint32_t row =
-        buffer + ((warp % 4) * 16 + g + 8 * r) * kRowBytes + (col0 + 2 * qd) * 4;
-#pragma unroll
-    for (int n = 0; n < kCols / 8; ++n)
-      st_shared_f32x2(row + n * 32, acc[4 * n + 2 * r], acc[4 * n + 2 * r + 1]);
-  }
-}
-#endif
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -401,8 +354,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // for it unchanged, so the other warpgroup may be what they waited for); the dS^T rows the
   // other warpgroup's dQ product reads are then guarded by kDsFree.
   constexpr bool kSplitDqEmpty = Cfg::kSplitDqEmpty && kAtomicDq;
-  static_assert(!Cfg::kDqByProducer || kAtomicDq, "the producer's dQ is atomic dQ");
-  constexpr bool kDqByProducer = Cfg::kDqByProducer;
   constexpr int kDqEmptyCount =
       (kSplitDqEmpty ? Cfg::kComputeThreads / 2 : Cfg::kComputeThreads) + 32 * Cfg::kReducerWarps;
   auto release_dq_buffer = [&](int b) {  // the reducing warps' arrival(s)
@@ -512,133 +463,54 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x < 128) {  // the producer warpgroup
     warpgroup_registers_down<Cfg::kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
-    // By the load warps (TmaPrologue): a key tile wholly inside the sequence by the TMA unit; a
-    // partial one by cp.async, which zero-fills the rows past its end (the TMA box would bring the
-    // next sequence's rows).
-    auto fill_kv = [&] {
-      if (n0 + kBN <= seq.k_len) {
-        if (threadIdx.x == 0) {
-          mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
-          const int row = static_cast<int>(seq.k_begin + n0);
-          tma_load_gmma_tile<KvTile, D>(sK, k_map, hk, row, kv_full);
-          tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
-        }
-      } else {
-        load_kv(LoadThreads{}, std::integral_constant<int, 1>{});
-      }
-      cp_async_arrive(kv_full);
-    };
-    // By the load warps: fill number (it - kFirst) / kStages of stage it % kStages (iteration 0 is
-    // the loop's with TmaPrologue, kFirst = 0, else the prologue's) once both compute warpgroups
-    // are done with its previous tile. A tile wholly inside the sequence goes through the TMA
-    // unit: issuing its copies thread by thread took these two warps about as long as the compute
-    // warpgroups took for the tile, so the compute waited for data.
-    constexpr int kFirst = kTmaPrologue ? 0 : 1;
-    auto fill_stage = [&](int it, const TileCursor& cursor) {
-      const int s = it % kStages;
-      if (it >= kStages) {
-        VARPACK_BACKWARD_STAMP(kRefillStart);
-        mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
-        VARPACK_BACKWARD_STAMP(kStageEmptied);
-        VARPACK_BACKWARD_COUNT(kRefills);
-      }
-      const int64_t m0 = tile_start(cursor);
-      if (m0 + kBM <= seq.q_len) {
-        const int h = hk * group + cursor.head;
-        if (threadIdx.x == 0) {
-          // Before this thread's arrival below, so the phase cannot complete without the bytes.
-          mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
-          const int row = static_cast<int>(seq.q_begin + m0);
-          const uint32_t stage = s * QTile::kBytes;
-          tma_load_gmma_tile<QTile, D>(sQ + stage, q_map, h, row, stage_full(s));
-          tma_load_gmma_tile<QTile, D>(sdO + stage, dout_map, h, row, stage_full(s));
-        }
-        load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
-      } else {
-        load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it, cursor);
-      }
-      cp_async_arrive(stage_full(s));
-    };
-    // DqByProducer (an experiment; HopperBackwardTile): the producer's own loop.
-    if constexpr (kDqByProducer) {
-      const int lane = static_cast<int>(threadIdx.x) % 32;
-      // All four warps: each tile's dQ = dS K once both compute warpgroups' dS^T rows are in
-      // dS^T buffer it % 2 (A = dS^T read MN-major, B = K read MN-major, a k-step = 16 keys), in
-      // 32-column parts through one 16-register accumulator, each part added to the (cleared)
-      // accumulator from the registers; then the load warps fill the stage the compute
-      // warpgroups have released by then (its wait ends before they can store the next tile's
-      // dS^T, which this loop waits for anyway).
-      if (kTmaPrologue && iters > 0 && warp < 2) fill_kv();
-      TileCursor fill_cursor{0, 0};
-      int next_fill = kFirst;
-      auto fill_until = [&](int end) {  // the load warps: the fills of iterations before end
-        for (; next_fill < iters && next_fill < end; ++next_fill) {
-          if (next_fill > 0) fill_cursor.step(m_tiles);
-          fill_stage(next_fill, fill_cursor);
-        }
-      };
-      if (warp < 2) fill_until(kStages);
-      if (iters > 0) {
-        mbarrier_wait(kv_full, 0);
-        fence_proxy_async();  // K by cp.async (a partial tile), before wgmma reads it
-      }
-      // Only kDataD columns reach the accumulator, so d96 on d128's tiles computes three parts.
-      constexpr int kPartCols = 32;
-      constexpr int kParts = kDataD / kPartCols;
-      static_assert(kDataD % kPartCols == 0, "whole parts");
-      const GmmaOperand<true> k_cols(sK, KvTile::kBlockBytes);
-      float dq[kPartCols / 2];
-      const int g = lane / 4, qd = lane % 4;
-      TileCursor cursor{0, 0};
-      for (int it = 0; it < iters; ++it, cursor.step(m_tiles)) {
-        const int b = it % 2;
-        named_barrier_sync(kDsStored + b, Cfg::kThreads);
-        const GmmaOperand<true> ds_rows(sDs + b * DsTile::kBytes, DsTile::kBlockBytes);
-        const int h = hk * group + cursor.head;
-        const int64_t m0 = tile_start(cursor);
-        const int64_t left = seq.q_len - m0;
-        // This thread's rows warp * 16 + g + 8r of the tile (wgmma's accumulator layout).
-        const int row0 = warp * 16 + g;
-        float* dst = dq_accum + ((seq.q_begin + m0 + row0) * p.heads + h) * kDataD + 2 * qd;
-        const int64_t eight_rows = 8 * static_cast<int64_t>(p.heads) * kDataD;
-#pragma unroll
-        for (int part = 0; part < kParts; ++part) {
-          const uint32_t col_bytes =
-              (part * kPartCols / 64) * KvTile::kBlockBytes + (part * kPartCols % 64) * 2;
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kBN / 16; ++kk)
-            Wgmma<T, kPartCols>::template ss<1, 1>(dq, ds_rows.at(kk * 2048),
-                                                   k_cols.at(col_bytes + kk * 2048), kk > 0);
-          wgmma_commit();
-          wgmma_wait<0>();
-          pin_registers(dq);
-          // Buffer b's dS^T is read: the compute warpgroups may store iteration it + 2's there
-          // (the last tiles' arrivals would be left pending, so none).
-          if (part == kParts - 1 && it + 2 < iters)
-            named_barrier_arrive(kDsFree + b, Cfg::kThreads);
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            if (row0 + 8 * r >= left) continue;
-#pragma unroll
-            for (int n = 0; n < kPartCols / 8; ++n)
-              red_add_f32x2(dst + r * eight_rows + part * kPartCols + 8 * n, dq[4 * n + 2 * r],
-                            dq[4 * n + 2 * r + 1]);
-          }
-        }
-        if (warp < 2) fill_until(it + 1 + kStages);
-      }
-      // The last dQ product has read K: the compute warpgroups may stage dK and dV there.
-      named_barrier_arrive(kLoopsDone, Cfg::kThreads);
-      if (warp < 2) cp_async_wait<0>();
-      return;
-    }
     if (warp < 2) {
-      if (kTmaPrologue && iters > 0) fill_kv();
+      if (kTmaPrologue && iters > 0) {
+        // A key tile wholly inside the sequence by the TMA unit; a partial one by cp.async, which
+        // zero-fills the rows past its end (the TMA box would bring the next sequence's rows).
+        if (n0 + kBN <= seq.k_len) {
+          if (threadIdx.x == 0) {
+            mbarrier_expect_tx(kv_full, 2 * KvTile::kBytes);
+            const int row = static_cast<int>(seq.k_begin + n0);
+            tma_load_gmma_tile<KvTile, D>(sK, k_map, hk, row, kv_full);
+            tma_load_gmma_tile<KvTile, D>(sV, v_map, hk, row, kv_full);
+          }
+        } else {
+          load_kv(LoadThreads{}, std::integral_constant<int, 1>{});
+        }
+        cp_async_arrive(kv_full);
+      }
+      // Fill number (it - kFirst) / kStages of stage it % kStages (iteration 0 is this loop's with
+      // TmaPrologue, kFirst = 0, else the prologue's); refill a stage once both compute
+      // warpgroups are done with its previous tile. A tile wholly inside the sequence goes through
+      // the TMA unit: issuing its copies thread by thread took these two warps about as long as
+      // the compute warpgroups took for the tile, so the compute waited for data.
       TileCursor cursor{0, 0};
+      constexpr int kFirst = kTmaPrologue ? 0 : 1;
       for (int it = kFirst; it < iters; ++it) {
         if (it > 0) cursor.step(m_tiles);
-        fill_stage(it, cursor);
+        const int s = it % kStages;
+        if (it >= kStages) {
+          VARPACK_BACKWARD_STAMP(kRefillStart);
+          mbarrier_wait(stage_empty(s), (it / kStages + 1) & 1);
+          VARPACK_BACKWARD_STAMP(kStageEmptied);
+          VARPACK_BACKWARD_COUNT(kRefills);
+        }
+        const int64_t m0 = tile_start(cursor);
+        if (m0 + kBM <= seq.q_len) {
+          const int h = hk * group + cursor.head;
+          if (threadIdx.x == 0) {
+            // Before this thread's arrival below, so the phase cannot complete without the bytes.
+            mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
+            const int row = static_cast<int>(seq.q_begin + m0);
+            const uint32_t stage = s * QTile::kBytes;
+            tma_load_gmma_tile<QTile, D>(sQ + stage, q_map, h, row, stage_full(s));
+            tma_load_gmma_tile<QTile, D>(sdO + stage, dout_map, h, row, stage_full(s));
+          }
+          load_row_stats_async<kBM, Cfg::kLoadThreads>(sStat, s, p, delta, seq, h, m0);
+        } else {
+          load_queries(LoadThreads{}, std::integral_constant<int, 1>{}, it, cursor);
+        }
+        cp_async_arrive(stage_full(s));
       }
       cp_async_wait<0>();
     } else if (kAtomicDq && warp >= 2 && warp < 2 + Cfg::kReducerWarps && iters > 0) {
@@ -958,12 +830,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // sync only past their wait for it); without it, both warpgroups' kDqEmpty sync orders it.
       if constexpr (kSplitDqEmpty)
         if (it > 0) named_barrier_sync(kDsFree + wg, Cfg::kComputeThreads);
-      // DqByProducer: dS^T buffer it % 2 is free once the producer's dQ product of two tiles ago
-      // has read it.
-      if constexpr (kDqByProducer)
-        if (it >= 2) named_barrier_sync(kDsFree + it % 2, Cfg::kThreads);
-      [[maybe_unused]] const uint32_t ds_buffer =
-          sDs + (kDqByProducer ? (it % 2) * DsTile::kBytes : 0);
       // As register A operands over the query dimension (k-step kk = query octets 2kk, 2kk + 1),
       // and dS^T into shared memory for the dQ product.
 #pragma unroll
@@ -973,7 +839,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           pf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(st[4 * i + 2 * r], st[4 * i + 2 * r + 1]);
           dsf[i / 2][(i & 1) * 2 + r] = Mma<T>::pack(dpt[4 * i + 2 * r], dpt[4 * i + 2 * r + 1]);
           if constexpr (kAtomicDq && !Cfg::kStmatrixDs)
-            st_shared_b32(ds_buffer + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
+            st_shared_b32(sDs + DsTile::offset(warp * 16 + g + 8 * r, i) + 4 * qd,
                           dsf[i / 2][(i & 1) * 2 + r]);
         }
       if constexpr (kAtomicDq && Cfg::kStmatrixDs) {
@@ -996,12 +862,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int block = lane / 8;
 #pragma unroll
         for (int k = 0; k < kBM / 16; ++k)
-          stmatrix_x4(ds_buffer + DsTile::offset(warp * 16 + lane % 8 + 8 * (block % 2),
-                                                 2 * k + block / 2),
+          stmatrix_x4(sDs + DsTile::offset(warp * 16 + lane % 8 + 8 * (block % 2),
+                                           2 * k + block / 2),
                       dsf[k]);
       }
       if constexpr (kAtomicDq) fence_proxy_async();
-      if constexpr (kDqByProducer) named_barrier_arrive(kDsStored + it % 2, Cfg::kThreads);
     }
     VARPACK_BACKWARD_STAMP(kScoresDone);
   };
@@ -1025,7 +890,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     VARPACK_BACKWARD_STAMP(kProductsStart);
     begin_turn();
     wgmma_fence();
-    if constexpr (kAtomicDq && !kDqByProducer) {
+    if constexpr (kAtomicDq) {
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
         Wgmma<T, kOwnCols>::template rs<1>(
@@ -1164,8 +1029,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // the other warpgroup's rows).
   using RowsOut = WarpRowsOut<T, kOwnCols>;
   static_assert(8 * RowsOut::kScratchBytes <= 2 * KvTile::kBytes, "K and V hold 8 warps' rows");
-  if constexpr (kDqByProducer) named_barrier_sync(kLoopsDone, Cfg::kThreads);  // + the producer's
-  else named_barrier_sync(kDsReady, Cfg::kComputeThreads);
+  named_barrier_sync(kDsReady, Cfg::kComputeThreads);
   const uint32_t scratch = sK + warp * RowsOut::kScratchBytes;
   const int64_t row0 = n0 + warp_key;
   const int col0 = Cfg::kSplitColumns ? wg * kOwnCols : 0;  // this warpgroup's first column

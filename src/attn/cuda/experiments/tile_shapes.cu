@@ -261,6 +261,9 @@ int main(int argc, char** argv) {
           std::printf("  %9.3f %8.4f %5.0f", held[i].ms, held[i].joules,
                       held[i].joules / (held[i].ms / 1e3));
         std::printf("\n");
+        // Row by row, so that a round its caller's time limit cuts short keeps what it measured
+        // (stdout into a log file is fully buffered and lost on the kill).
+        std::fflush(stdout);
       }
     }
   }

@@ -33,12 +33,6 @@ std::vector<Variant> d128_backward_variants() {
     // (DqOwnKeysFirst), the other warpgroup's after it.
     {"wgmma bwd dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // Each tile's dQ product by the producer warpgroup (DqByProducer), added from its registers
-    // to the cleared accumulator (its peer: "cleared accumulator" below), the compute warpgroups
-    // only storing dS^T (two buffers); without IssueAhead, which with the compute warpgroups at
-    // 224 registers made ptxas serialize every product (C7512).
-    {"wgmma bwd dQ by producer", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, false, false, true, false, true, false, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap dQ by producer", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, false, false, true, false, true, false, false, true>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},

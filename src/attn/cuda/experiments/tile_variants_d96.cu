@@ -36,9 +36,6 @@ std::vector<Variant> d96_variants() {
     // The library's shape before DqOwnKeysFirst (2026-12-05): dQ's k-steps all after the dS-ready
     // barrier.
     {"wgmma bwd d96 dQ after dS-ready (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 96},
-    // Each tile's dQ product by the producer warpgroup (DqByProducer), added from its registers
-    // to the cleared accumulator (its peer: "cleared accumulator" above).
-    {"wgmma bwd d96 dQ by producer", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, false, true, false, false, true>>(p, ws, nullptr); }, false, 96},
     // Softcap: the library's.
     {"wgmma bwd d96 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96, true},
     {"wgmma bwd d96 softcap, dQ after dS-ready (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 96, true},
