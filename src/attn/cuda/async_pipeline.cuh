@@ -118,17 +118,22 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
-// Moves registers between warpgroups: a producer gives its share back, consumers take it. All
-// threads of a warpgroup execute the same call; the kernel needs __launch_bounds__(threads, 1) so
-// that ptxas knows the per-thread count at entry (otherwise it ignores these).
-// The registers moved are only the block's own: each thread starts with 65536 / threads rounded
-// down to a multiple of 8 (168 at 384 threads: a pool of 64,512, not 64K), and an increase the
-// pool cannot cover waits forever (DqByProducer's 64 / 224 split hung so, 2026-12-05).
+// Whether a producer warpgroup at producer_registers and the others at consumer_registers fit the
+// registers setmaxnreg can move: only the block's own, each thread starting with 65536 / threads
+// rounded down to a multiple of 8 (168 at 384 threads: a pool of 64,512, not 64K). An increase
+// the pool cannot cover waits forever (DqByProducer's 64 / 224 split hung so, 2026-12-05).
 constexpr bool warpgroup_registers_fit(int threads, int producer_registers,
                                        int consumer_registers) {
   const int at_launch = 65536 / threads / 8 * 8;
   return 128 * producer_registers + (threads - 128) * consumer_registers <= threads * at_launch;
 }
+static_assert(warpgroup_registers_fit(384, 24, 240) && !warpgroup_registers_fit(384, 64, 224) &&
+                  !warpgroup_registers_fit(384, 32, 240) && warpgroup_registers_fit(512, 24, 160),
+              "384 threads: 64,512 registers to share; 512 threads: 64K");
+
+// Moves registers between warpgroups: a producer gives its share back, consumers take it. All
+// threads of a warpgroup execute the same call; the kernel needs __launch_bounds__(threads, 1) so
+// that ptxas knows the per-thread count at entry (otherwise it ignores these).
 template <int kRegisters>
 __device__ __forceinline__ void warpgroup_registers_down() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
