@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
@@ -91,10 +92,16 @@ namespace varpack::cuda {
 // over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
+// ConvertBlocks (atomic dQ with ClaimDqRows; an experiment): dQ's conversion by blocks of this
+// kernel's own grid instead of a pass after it, interleaved with the key blocks by tickets
+// (tile_bounds.cuh's ticket_work): the block converting (sequence b, kv head hk) waits until all
+// of b's key blocks of head hk have added their dQ, so the conversion's memory traffic overlaps
+// other key blocks' tensor work, and nothing is added to a key block's path but a counter's
+// increment at its end. Written 2026-12-05, compile-checked, not yet run.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, bool ConvertBlocks = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -114,6 +121,13 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
+  static constexpr bool kConvertBlocks = ConvertBlocks;
+  static_assert(!ConvertBlocks || (ClaimDqRows && !SplitColumns),
+                "the conversion blocks read the claimed rows' states");
+  // The conversion of kv head hk's sequences comes this many of head hk + 1's key slots after its
+  // own last one: a wave of blocks on the 132 multiprocessors of an H100 or H200, so that most of
+  // the key blocks it waits for have finished.
+  static constexpr int64_t kConvertLag = 132;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -324,6 +338,7 @@ enum HopperBackwardBarrier : int {
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
   kDsOwn = 12,   // + compute warpgroup (DqOwnKeysFirst): its own four warps' dS^T rows are stored
+  kReducersDone = 14,  // ConvertBlocks: both reducing warps' last reductions have completed
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -365,10 +380,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
 
-  const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
+  // The block's key slot and kv head: its grid position, or with ConvertBlocks its ticket's (a
+  // conversion ticket converts and returns).
+  int64_t slot_x = blockIdx.x;
+  int block_hk = static_cast<int>(blockIdx.y);
+  // ConvertBlocks: the ticket counter, then the key blocks' done counters (instances.h).
+  [[maybe_unused]] uint32_t* const counters = dq_states + dq_state_words(p);
+  // ConvertBlocks: the key block's done counter, its index kept in shared memory until the end
+  // (a register held over the kernel made ptxas spill the reducing warps' 24).
+  [[maybe_unused]] uint32_t* done_index = nullptr;
+  if constexpr (Cfg::kConvertBlocks) {
+    __shared__ uint32_t words[2];  // the ticket; the done counter's index
+    if (threadIdx.x == 0) words[0] = atomicAdd(counters, 1u);
+    __syncthreads();
+    const TicketWork work = ticket_work(words[0], slots, p.batch, p.kv_heads, Cfg::kConvertLag);
+    if (work.convert) {
+      // Code before any setmaxnreg seems to get a small budget from ptxas: the conversion's loop
+      // spilled ~320 bytes more, as much at two rows a thread as at eight; with a budget of its
+      // own the kernel spills as without the conversion (ptxas -v, sm_90a).
+      warpgroup_registers_down<160>();
+      convert_sequence_dq<T, kDataD, kBN, kBM, Cfg::kThreads>(p, dq_accum, dq_states,
+                                                              counters + 1, work);
+      return;
+    }
+    slot_x = work.index;
+    block_hk = work.hk;
+    done_index = &words[1];
+  }
+  const TileSlot slot =
+      find_slot_at<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots, slot_x);
   if (!slot.valid) return;
   const BlockTile tile = key_tile<kBN, kBM>(p, slot);
-  const int hk = static_cast<int>(blockIdx.y);
+  const int hk = block_hk;
+  // Read by thread 64 at the end, past the block's barrier below.
+  if constexpr (Cfg::kConvertBlocks)
+    if (threadIdx.x == 0) *done_index = static_cast<uint32_t>(slot.b * p.kv_heads + hk);
   const int group = p.heads / p.kv_heads;
   const SequenceBounds seq = tile.seq;
   const int64_t n0 = tile.r0;
@@ -598,7 +644,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (first) publish_dq_rows(state, lane);
       }
       bulk_wait_read<0>();
+      if constexpr (Cfg::kConvertBlocks) {
+        // The block's dQ is in memory: every lane's reductions written, then one release.
+        bulk_wait<0>();
+        fence_proxy_async_global();
+        named_barrier_sync(kReducersDone, 32 * Cfg::kReducerWarps);
+        if (threadIdx.x == 64) release_add(counters + 1 + *done_index, 1u);
+      }
     }
+    // ConvertBlocks: a block with no query tile to walk has nothing to add.
+    if constexpr (Cfg::kConvertBlocks)
+      if (iters == 0 && threadIdx.x == 64)
+        release_add(counters + 1 + *done_index, 1u);
     return;
   }
 
@@ -1070,9 +1127,23 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                 ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
                                                 p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
                                 : CUtensorMap{};
-  launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
-                                       : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
-                       Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
+  const auto kernel = p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
+                                      : hopper_backward_kernel<T, Cfg, false, kAtomicDq>;
+  if constexpr (Cfg::kConvertBlocks) {
+    // One block per ticket (key slots and conversions of every kv head); the kernel still takes
+    // the key slots' count.
+    const cudaError_t attr = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    if (attr != cudaSuccess)
+      throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
+                  cudaGetErrorString(attr));
+    const int64_t tickets = ticket_count(key_slots, p.batch, p.kv_heads);
+    kernel<<<static_cast<unsigned>(tickets), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+        p, q_map, dout_map, k_map, v_map, delta, dq_accum, dq_states, key_slots);
+    check_launch("the Hopper backward kernel with conversion blocks");
+    return;
+  }
+  launch_backward_pass(kernel, Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
                        delta, dq_accum, dq_states);
 }
@@ -1102,6 +1173,16 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
     uint32_t* dq_states =
         reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
     launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
+    if constexpr (Cfg::kConvertBlocks) {  // the kernel converts dQ itself; its counters from 0
+      const cudaError_t set =
+          cudaMemsetAsync(dq_states + dq_state_words(p), 0,
+                          convert_counter_words(p) * sizeof(uint32_t), stream);
+      if (set != cudaSuccess)
+        throw Error(std::string("varpack CUDA attention: cannot clear the backward's counters: ") +
+                    cudaGetErrorString(set));
+      launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
+      return;
+    }
     launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
     const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
     if (query_slots > 0 && p.heads > 0) {

@@ -83,6 +83,77 @@ __device__ __forceinline__ void publish_dq_rows(uint32_t* state, int lane) {
                  "r"(static_cast<uint32_t>(kDqRowsStored))
                  : "memory");
 }
+
+// ConvertBlocks (hopper_backward.cuh): a key block's count of "my dQ is in memory", released at
+// GPU scope after the block's reductions completed, and the conversion block's acquiring read.
+__device__ __forceinline__ void release_add(uint32_t* counter, uint32_t value) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(counter), "r"(value)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t acquire_load(const uint32_t* counter) {
+  uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
+
+// ConvertBlocks' conversion block (all kThreads threads): dq[i, h, :] = scale * accumulator for
+// the rows of sequence work.index and kv head work.hk's query heads, once all of the sequence's
+// key blocks (ceil(k_len / kKeyBlock)) of that head have counted themselves in `done`. Rows whose
+// group no block reached (state untouched) are written as zeros, as dq_convert_tiles_kernel does.
+// Each thread keeps kBatch rows' loads in flight (8 floats of a row each, the state word with
+// them), so that one multiprocessor moves ~100 KB at a time.
+template <class T, int D, int kKeyBlock, int kTileRows, int kThreads>
+__device__ __forceinline__ void convert_sequence_dq(const AttentionBackwardParams& p,
+                                                    const float* dq_accum,
+                                                    const uint32_t* states, uint32_t* done,
+                                                    const TicketWork& work) {
+  const int64_t b = work.index;
+  const int64_t k_len = static_cast<int64_t>(p.cu_seqlens_k[b + 1]) - p.cu_seqlens_k[b];
+  const uint32_t key_blocks = static_cast<uint32_t>((k_len + kKeyBlock - 1) / kKeyBlock);
+  if (threadIdx.x == 0)
+    while (acquire_load(done + b * p.kv_heads + work.hk) < key_blocks) __nanosleep(256);
+  __syncthreads();  // thread 0's acquire, for every thread's loads below
+  const int64_t q_begin = p.cu_seqlens_q[b];
+  const int64_t q_len = static_cast<int64_t>(p.cu_seqlens_q[b + 1]) - q_begin;
+  const int group = p.heads / p.kv_heads;
+  constexpr int kParts = D / 8;
+  constexpr int kLanes = power_of_two_at_least(kParts);
+  constexpr int kStep = kThreads / kLanes;  // (row, head) pairs a pass
+  constexpr int kBatch = 8;
+  const int part = static_cast<int>(threadIdx.x) % kLanes;
+  if (part >= kParts) return;
+  const int64_t pairs = q_len * group;
+  for (int64_t first = threadIdx.x / kLanes; first < pairs; first += kBatch * kStep) {
+    float4 x[kBatch], y[kBatch];
+    uint32_t state[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = first + j * kStep;
+      state[j] = kDqRowsUntouched;
+      if (i >= pairs) continue;
+      const int64_t r = i / group;
+      const int h = work.hk * group + static_cast<int>(i % group);
+      const int64_t tile_row = q_begin + r / kTileRows * kTileRows;
+      state[j] = __ldcg(states + dq_state_index(tile_row, dq_row_group(static_cast<int>(
+                                                                r % kTileRows)),
+                                                p.heads, h));
+      const float4* src =
+          reinterpret_cast<const float4*>(dq_accum + ((q_begin + r) * p.heads + h) * D + part * 8);
+      x[j] = __ldcg(src);
+      y[j] = __ldcg(src + 1);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = first + j * kStep;
+      if (i >= pairs) continue;
+      const int64_t r = i / group;
+      const int h = work.hk * group + static_cast<int>(i % group);
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      const bool stored = state[j] != kDqRowsUntouched;
+      store_dq_part<T>(p, q_begin + r, h, part, stored ? x[j] : zero, stored ? y[j] : zero);
+    }
+  }
+}
 #endif
 
 // dq[i, h, :] = scale * accumulator in the output type for every row of every sequence, by query
