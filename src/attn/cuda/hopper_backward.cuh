@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // ConvertBlocks: the ticket counter, then the key blocks' done counters (instances.h).
   [[maybe_unused]] uint32_t* const counters = dq_states + dq_state_words(p);
   // ConvertBlocks: the key block's done counter, its index kept in shared memory until the end
-  // (a register held over the kernel made ptxas spill the reducing warps' 24).
+  // rather than in a register across the kernel (the reducing warps have 24).
   [[maybe_unused]] uint32_t* done_index = nullptr;
   if constexpr (Cfg::kConvertBlocks) {
     __shared__ uint32_t words[2];  // the ticket; the done counter's index

@@ -134,9 +134,8 @@ __device__ __forceinline__ void convert_sequence_dq(const AttentionBackwardParam
       const int64_t r = i / group;
       const int h = work.hk * group + static_cast<int>(i % group);
       const int64_t tile_row = q_begin + r / kTileRows * kTileRows;
-      state[j] = __ldcg(states + dq_state_index(tile_row, dq_row_group(static_cast<int>(
-                                                                r % kTileRows)),
-                                                p.heads, h));
+      const int row_group = dq_row_group(static_cast<int>(r % kTileRows));
+      state[j] = __ldcg(states + dq_state_index(tile_row, row_group, p.heads, h));
       const float4* src =
           reinterpret_cast<const float4*>(dq_accum + ((q_begin + r) * p.heads + h) * D + part * 8);
       x[j] = __ldcg(src);
