@@ -1132,15 +1132,11 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
   if constexpr (Cfg::kConvertBlocks) {
     // One block per ticket (key slots and conversions of every kv head); the kernel still takes
     // the key slots' count.
-    const cudaError_t attr = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    if (attr != cudaSuccess)
-      throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
-                  cudaGetErrorString(attr));
     const int64_t tickets = ticket_count(key_slots, p.batch, p.kv_heads);
-    kernel<<<static_cast<unsigned>(tickets), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-        p, q_map, dout_map, k_map, v_map, delta, dq_accum, dq_states, key_slots);
-    check_launch("the Hopper backward kernel with conversion blocks");
+    launch_backward_grid(kernel, dim3(static_cast<unsigned>(tickets)), Cfg::kThreads,
+                         Cfg::kSmemBytes, key_slots,
+                         "the Hopper backward kernel with conversion blocks", stream, p, q_map,
+                         dout_map, k_map, v_map, delta, dq_accum, dq_states);
     return;
   }
   launch_backward_pass(kernel, Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
