@@ -97,11 +97,13 @@ namespace varpack::cuda {
 // (tile_bounds.cuh's ticket_work): the block converting (sequence b, kv head hk) waits until all
 // of b's key blocks of head hk have added their dQ, so the conversion's memory traffic overlaps
 // other key blocks' tensor work, and nothing is added to a key block's path but a counter's
-// increment at its end. Written 2026-12-05, compile-checked, not yet run.
+// increment at its end. ConvertLag: 0 = off (the pass after the kernel); n > 0 = ConvertBlocks,
+// each kv head's conversions n of the next head's key slots after its own last one (ticket_work).
+// Measured 2026-12-05 at n = 132 (a wave of an H100's or H200's 132 multiprocessors): 0.94-0.99x.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, bool ConvertBlocks = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, int ConvertLag = 0>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -121,13 +123,10 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
-  static constexpr bool kConvertBlocks = ConvertBlocks;
-  static_assert(!ConvertBlocks || (ClaimDqRows && !SplitColumns),
+  static constexpr bool kConvertBlocks = ConvertLag > 0;
+  static_assert(!kConvertBlocks || (ClaimDqRows && !SplitColumns),
                 "the conversion blocks read the claimed rows' states");
-  // The conversion of kv head hk's sequences comes this many of head hk + 1's key slots after its
-  // own last one: a wave of blocks on the 132 multiprocessors of an H100 or H200, so that most of
-  // the key blocks it waits for have finished.
-  static constexpr int64_t kConvertLag = 132;
+  static constexpr int64_t kConvertLag = ConvertLag;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
