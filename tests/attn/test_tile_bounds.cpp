@@ -109,41 +109,6 @@ TEST(TileBounds, SlotsCoverEveryTileOnce) {
   }
 }
 
-// ConvertBlocks' tickets: every (kv head, key slot) and every (kv head, sequence) conversion once;
-// a kv head's conversions after all of its key slots and, where there are that many, after `lag`
-// of the next head's; conversions of a head in the order the slots finish their sequences.
-TEST(TileBounds, TicketsCoverEverySlotAndConversionOnce) {
-  for (const auto& [slots, batch, kv_heads, lag] :
-       std::vector<std::tuple<int64_t, int64_t, int, int64_t>>{
-           {1, 1, 1, 0}, {5, 2, 1, 3}, {5, 2, 3, 0}, {5, 2, 3, 2}, {5, 2, 3, 9}, {40, 7, 4, 6},
-           {3, 10, 2, 1}, {0, 2, 2, 4}}) {
-    std::set<std::tuple<bool, int, int64_t>> seen;
-    std::vector<int64_t> last_key(kv_heads, -1), first_convert(kv_heads, -1);
-    std::vector<int64_t> keys_of_next_before(kv_heads, 0), previous_sequence(kv_heads, batch);
-    const int64_t count = ticket_count(slots, batch, kv_heads);
-    for (int64_t t = 0; t < count; ++t) {
-      const TicketWork w = ticket_work(t, slots, batch, kv_heads, lag);
-      ASSERT_GE(w.hk, 0);
-      ASSERT_LT(w.hk, kv_heads);
-      ASSERT_GE(w.index, 0);
-      ASSERT_LT(w.index, w.convert ? batch : slots);
-      EXPECT_TRUE(seen.insert({w.convert, w.hk, w.index}).second) << "ticket " << t;
-      if (!w.convert) {
-        EXPECT_EQ(first_convert[w.hk], -1) << "head " << w.hk << ": a key slot after a conversion";
-        last_key[w.hk] = t;
-        if (w.hk > 0 && first_convert[w.hk - 1] == -1) ++keys_of_next_before[w.hk - 1];
-      } else {
-        if (first_convert[w.hk] == -1) first_convert[w.hk] = t;
-        EXPECT_EQ(w.index, previous_sequence[w.hk] - 1) << "ticket " << t;
-        previous_sequence[w.hk] = w.index;
-      }
-    }
-    EXPECT_EQ(static_cast<int64_t>(seen.size()), count);
-    for (int hk = 0; hk + 1 < kv_heads; ++hk)
-      EXPECT_EQ(keys_of_next_before[hk], std::min(lag, slots)) << "head " << hk;
-  }
-}
-
 // find_slot's search by 32 lanes (SlotSearch), its lanes emulated one after the other: the lanes
 // that pass form a prefix, and it finds the binary search's tile at every slot, also past 32 and
 // 1024 sequences (two and three rounds) and with many empty sequences.

@@ -666,10 +666,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   }
 }
 
-// Launches a backward kernel on `grid` with `smem` bytes of dynamic shared memory; args follow the
-// params, and the slots' count comes last.
+// Launches one backward pass over (slot, head) with `smem` bytes of dynamic shared memory; args
+// follow the params.
 template <class Kernel, class... Args>
-void launch_backward_grid(Kernel kernel, dim3 grid, int threads, int smem, int64_t slots,
+void launch_backward_pass(Kernel kernel, int threads, int smem, int64_t slots, int heads,
                           const char* what, cudaStream_t stream, const AttentionBackwardParams& p,
                           Args... args) {
   const cudaError_t attr =
@@ -677,17 +677,9 @@ void launch_backward_grid(Kernel kernel, dim3 grid, int threads, int smem, int64
   if (attr != cudaSuccess)
     throw Error(std::string("varpack CUDA attention: cannot reserve shared memory: ") +
                 cudaGetErrorString(attr));
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(heads));
   kernel<<<grid, threads, smem, stream>>>(p, args..., slots);
   check_launch(what);
-}
-
-// One backward pass over (slot, head).
-template <class Kernel, class... Args>
-void launch_backward_pass(Kernel kernel, int threads, int smem, int64_t slots, int heads,
-                          const char* what, cudaStream_t stream, const AttentionBackwardParams& p,
-                          Args... args) {
-  launch_backward_grid(kernel, dim3(static_cast<unsigned>(slots), static_cast<unsigned>(heads)),
-                       threads, smem, slots, what, stream, p, args...);
 }
 
 // The grid of delta_kernel and dq_convert_kernel: (row groups, heads).

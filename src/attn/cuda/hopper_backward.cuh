@@ -22,7 +22,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <type_traits>
 
 #include "attn/cuda/async_pipeline.cuh"
@@ -92,18 +91,10 @@ namespace varpack::cuda {
 // over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
-// ConvertBlocks (atomic dQ with ClaimDqRows; an experiment): dQ's conversion by blocks of this
-// kernel's own grid instead of a pass after it, interleaved with the key blocks by tickets
-// (tile_bounds.cuh's ticket_work): the block converting (sequence b, kv head hk) waits until all
-// of b's key blocks of head hk have added their dQ, so the conversion's memory traffic overlaps
-// other key blocks' tensor work, and nothing is added to a key block's path but a counter's
-// increment at its end. ConvertLag: 0 = off (the pass after the kernel); n > 0 = ConvertBlocks,
-// each kv head's conversions n of the next head's key slots after its own last one (ticket_work).
-// Measured 2026-12-05 at n = 132 (a wave of an H100's or H200's 132 multiprocessors): 0.94-0.99x.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, int ConvertLag = 0>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -123,10 +114,6 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
-  static constexpr bool kConvertBlocks = ConvertLag > 0;
-  static_assert(!kConvertBlocks || (ClaimDqRows && !SplitColumns),
-                "the conversion blocks read the claimed rows' states");
-  static constexpr int64_t kConvertLag = ConvertLag;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -337,7 +324,6 @@ enum HopperBackwardBarrier : int {
   kDqEmptyWg1 = 8,
   kDsFree = 10,  // + compute warpgroup (SplitDqEmpty): the other's dQ product has read its dS^T
   kDsOwn = 12,   // + compute warpgroup (DqOwnKeysFirst): its own four warps' dS^T rows are stored
-  kReducersDone = 14,  // ConvertBlocks: both reducing warps' last reductions have completed
 };
 
 template <class T, class Cfg, bool kSoftcap, bool kAtomicDq>
@@ -379,41 +365,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using DsTile = typename Cfg::DsTile;
   extern __shared__ unsigned char smem_raw[];
 
-  // The block's key slot and kv head: its grid position, or with ConvertBlocks its ticket's (a
-  // conversion ticket converts and returns).
-  int64_t slot_x = blockIdx.x;
-  int block_hk = static_cast<int>(blockIdx.y);
-  // ConvertBlocks: the ticket counter, then the key blocks' done counters (instances.h).
-  [[maybe_unused]] uint32_t* const counters = dq_states + dq_state_words(p);
-  // ConvertBlocks: the key block's done counter, its index kept in shared memory until the end
-  // rather than in a register across the kernel (the reducing warps have 24).
-  [[maybe_unused]] uint32_t* done_index = nullptr;
-  if constexpr (Cfg::kConvertBlocks) {
-    __shared__ uint32_t words[2];  // the ticket; the done counter's index
-    if (threadIdx.x == 0) words[0] = atomicAdd(counters, 1u);
-    __syncthreads();
-    const TicketWork work = ticket_work(words[0], slots, p.batch, p.kv_heads, Cfg::kConvertLag);
-    if (work.convert) {
-      // Code before any setmaxnreg seems to get a small budget from ptxas: the conversion's loop
-      // spilled ~320 bytes more, as much at two rows a thread as at eight; with a budget of its
-      // own the kernel spills as without the conversion (ptxas -v, sm_90a).
-      warpgroup_registers_down<160>();
-      convert_sequence_dq<T, kDataD, kBN, kBM, Cfg::kThreads>(p, dq_accum, dq_states,
-                                                              counters + 1, work);
-      return;
-    }
-    slot_x = work.index;
-    block_hk = work.hk;
-    done_index = &words[1];
-  }
-  const TileSlot slot =
-      find_slot_at<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots, slot_x);
+  const TileSlot slot = find_slot<kBN, TileOrder::kFirstFirst>(p.cu_seqlens_k, p.batch, slots);
   if (!slot.valid) return;
   const BlockTile tile = key_tile<kBN, kBM>(p, slot);
-  const int hk = block_hk;
-  // Read by thread 64 at the end, past the block's barrier below.
-  if constexpr (Cfg::kConvertBlocks)
-    if (threadIdx.x == 0) *done_index = static_cast<uint32_t>(slot.b * p.kv_heads + hk);
+  const int hk = static_cast<int>(blockIdx.y);
   const int group = p.heads / p.kv_heads;
   const SequenceBounds seq = tile.seq;
   const int64_t n0 = tile.r0;
@@ -643,18 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (first) publish_dq_rows(state, lane);
       }
       bulk_wait_read<0>();
-      if constexpr (Cfg::kConvertBlocks) {
-        // The block's dQ is in memory: every lane's reductions written, then one release.
-        bulk_wait<0>();
-        fence_proxy_async_global();
-        named_barrier_sync(kReducersDone, 32 * Cfg::kReducerWarps);
-        if (threadIdx.x == 64) release_add(counters + 1 + *done_index, 1u);
-      }
     }
-    // ConvertBlocks: a block with no query tile to walk has nothing to add.
-    if constexpr (Cfg::kConvertBlocks)
-      if (iters == 0 && threadIdx.x == 64)
-        release_add(counters + 1 + *done_index, 1u);
     return;
   }
 
@@ -1126,19 +1070,9 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
                                 ? head_tile_map(p.v, kBf16, p.total_k, p.kv_heads, D,
                                                 p.v_row_stride, p.v_head_stride, Cfg::kKeysPerBlock)
                                 : CUtensorMap{};
-  const auto kernel = p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
-                                      : hopper_backward_kernel<T, Cfg, false, kAtomicDq>;
-  if constexpr (Cfg::kConvertBlocks) {
-    // One block per ticket (key slots and conversions of every kv head); the kernel still takes
-    // the key slots' count.
-    const int64_t tickets = ticket_count(key_slots, p.batch, p.kv_heads);
-    launch_backward_grid(kernel, dim3(static_cast<unsigned>(tickets)), Cfg::kThreads,
-                         Cfg::kSmemBytes, key_slots,
-                         "the Hopper backward kernel with conversion blocks", stream, p, q_map,
-                         dout_map, k_map, v_map, delta, dq_accum, dq_states);
-    return;
-  }
-  launch_backward_pass(kernel, Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
+  launch_backward_pass(p.softcap > 0.f ? hopper_backward_kernel<T, Cfg, true, kAtomicDq>
+                                       : hopper_backward_kernel<T, Cfg, false, kAtomicDq>,
+                       Cfg::kThreads, Cfg::kSmemBytes, key_slots, p.kv_heads,
                        "the Hopper backward kernel", stream, p, q_map, dout_map, k_map, v_map,
                        delta, dq_accum, dq_states);
 }
@@ -1151,7 +1085,11 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 // (the block that completes a query tile's dQ converts it, after its dK and dV; branch
 // wip/dq-fold) it measured slower on the H200, d128 64 x 1k / 16 x 4k / 4 x 16k / mixed 253.8 /
 // 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 /
-// 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md, 2026-12-01).
+// 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md, 2026-12-01). Nor by blocks
+// of this kernel's own grid taking tickets between the key blocks (ConvertBlocks, 7b0ee2b and
+// branch diag/convert-blocks; H100, 2026-12-05): 0.98-0.99x at 64 x 1k and 16 x 4k, 0.94x mixed,
+// with the conversion staged through shared memory; the key blocks' path lost nothing (without
+// conversions 1.10x at 64 x 1k), so the conversion's memory traffic costs as much in the grid.
 template <class T, class Cfg>
 void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* workspace,
                                         cudaStream_t stream) {
@@ -1168,16 +1106,6 @@ void launch_hopper_backward_atomic_with(const AttentionBackwardParams& p, void* 
     uint32_t* dq_states =
         reinterpret_cast<uint32_t*>(bytes + delta_workspace_bytes(p) + dq_accum_bytes(p));
     launch_delta<T, Cfg::kDataD>(p, delta, nullptr, dq_states, stream);
-    if constexpr (Cfg::kConvertBlocks) {  // the kernel converts dQ itself; its counters from 0
-      const cudaError_t set =
-          cudaMemsetAsync(dq_states + dq_state_words(p), 0,
-                          convert_counter_words(p) * sizeof(uint32_t), stream);
-      if (set != cudaSuccess)
-        throw Error(std::string("varpack CUDA attention: cannot clear the backward's counters: ") +
-                    cudaGetErrorString(set));
-      launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
-      return;
-    }
     launch_hopper_dkdv<T, Cfg, true>(p, delta, dq_accum, dq_states, stream);
     const int64_t query_slots = slot_count(p.total_q, p.batch, Cfg::kQueryStep);
     if (query_slots > 0 && p.heads > 0) {

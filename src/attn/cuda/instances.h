@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "varpack/attention.h"
-#include "varpack/attention_bounds.h"
 
 namespace varpack::cuda {
 
@@ -36,16 +35,9 @@ inline size_t dq_accum_bytes(const AttentionBackwardParams& p) {
   return static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) *
          static_cast<size_t>(p.head_dim) * sizeof(float);
 }
-// Then ConvertBlocks' counters (an experiment, hopper_backward.cuh): the ticket counter, then the
-// key blocks done per (sequence, kv head).
-VARPACK_HOST_DEVICE size_t dq_state_words(const AttentionBackwardParams& p) {
-  return static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads);
-}
-inline size_t convert_counter_words(const AttentionBackwardParams& p) {
-  return 1 + static_cast<size_t>(p.batch) * static_cast<size_t>(p.kv_heads);
-}
 inline size_t dq_accum_workspace_bytes(const AttentionBackwardParams& p) {
-  return dq_accum_bytes(p) + (dq_state_words(p) + convert_counter_words(p)) * sizeof(uint32_t);
+  return dq_accum_bytes(p) +
+         static_cast<size_t>(p.total_q) * static_cast<size_t>(p.heads) * sizeof(uint32_t);
 }
 enum DqRowsState : uint32_t {
   kDqRowsUntouched = 0,  // cleared by the Delta pass: no block has stored the rows

@@ -2,9 +2,9 @@
 // is a "slot" in a list where sequence b owns slots [cu[b]/BLOCK + b, cu[b+1]/BLOCK + b + 1), which
 // is at least ceil(len_b/BLOCK) slots, so the grid size needs only host-known numbers
 // (total rows / BLOCK + batch) and at most one block per sequence finds nothing to do. Also the
-// ranges of key (or query) tiles that a query (or key) tile can see, from SequenceBounds, and
-// ConvertBlocks' tickets. All of it but find_slot / find_slot_at (a warp's lanes, blockIdx)
-// compiles on the host too, where tests/attn/test_tile_bounds checks it against brute force.
+// ranges of key (or query) tiles that a query (or key) tile can see, from SequenceBounds. All of it
+// but find_slot (which reads blockIdx) compiles on the host too, where tests/attn/test_tile_bounds
+// checks it against brute force.
 #pragma once
 
 #include <cstdint>
@@ -61,51 +61,6 @@ VARPACK_HOST_DEVICE TileSlot slot_tile(const int32_t* cu_seqlens, int64_t batch,
   return slot_in_sequence<BLOCK, kOrder>(cu_seqlens, lo, s);
 }
 
-// ConvertBlocks (an experiment, hopper_backward.cuh): the backward's blocks take tickets in the
-// order they start, and ticket t does the work ticket_work(t) names: key slot x (find_slot_at) of
-// kv head hk, or the dQ conversion of sequence `index`'s rows for kv head hk's query heads. Kv
-// head hk's conversions come after all of its key slots and after `lag` of head hk + 1's (so that
-// most of the blocks they wait for are done): K_0, then for hk = 1 .. kv_heads - 1 K_hk[0, lag),
-// C_hk-1, K_hk[lag, slots), and C_last at the end. Conversion i converts sequence batch - 1 - i,
-// the order in which the slots finish sequences (last-first). A ticket's block never waits on a
-// later ticket's, so waiting cannot deadlock: every earlier ticket is held by a started block.
-struct TicketWork {
-  bool convert = false;
-  int hk = 0;
-  int64_t index = 0;  // the key slot's x (find_slot_at), or the sequence to convert
-};
-VARPACK_HOST_DEVICE int64_t ticket_count(int64_t slots, int64_t batch, int kv_heads) {
-  return kv_heads * (slots + batch);
-}
-VARPACK_HOST_DEVICE TicketWork ticket_work(int64_t t, int64_t slots, int64_t batch,
-                                          int kv_heads, int64_t lag) {
-  TicketWork w;
-  if (t < slots) {
-    w.index = t;
-    return w;
-  }
-  lag = lag < slots ? lag : slots;
-  const int64_t segment = slots + batch, u = t - slots;
-  const int64_t q = u / segment, rem = u % segment;
-  if (q >= kv_heads - 1) {  // C_last
-    w.convert = true;
-    w.hk = kv_heads - 1;
-    w.index = batch - 1 - (u - (kv_heads - 1) * segment);
-    return w;
-  }
-  w.hk = static_cast<int>(q) + 1;
-  if (rem < lag) {
-    w.index = rem;
-  } else if (rem < lag + batch) {
-    w.convert = true;
-    w.hk -= 1;
-    w.index = batch - 1 - (rem - lag);
-  } else {
-    w.index = rem - batch;
-  }
-  return w;
-}
-
 // find_slot's search for the largest b in [0, batch) with first_slot(b) = cu[b] / BLOCK + b <= s:
 // the answer lies in [lo, lo + n), and first_slot(lo) <= s. Each round, lane l (of 32) tests
 // candidate lo + l * step (where that is below lo + n); as first_slot increases, the lanes that
@@ -132,12 +87,12 @@ struct SlotSearch {
 };
 
 #if defined(__CUDACC__)
-// The block's slot, s = slots - 1 - x (find_slot: x = blockIdx.x), by SlotSearch. Every lane of
-// the calling warp must take part (the kernels call it first, with whole warps).
+// The block's slot, s = slots - 1 - blockIdx.x, by SlotSearch. Every lane of the calling warp
+// must take part (the kernels call it first, with whole warps).
 template <int BLOCK, TileOrder kOrder>
-__device__ __forceinline__ TileSlot find_slot_at(const int32_t* cu_seqlens, int64_t batch,
-                                                 int64_t slots, int64_t x) {
-  const int64_t s = slots - 1 - x;
+__device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
+                                              int64_t slots) {
+  const int64_t s = slots - 1 - static_cast<int64_t>(blockIdx.x);
   if (batch <= 0) return TileSlot{};
   const int lane = static_cast<int>(threadIdx.x % 32);
   SlotSearch search{0, batch};
@@ -147,11 +102,6 @@ __device__ __forceinline__ TileSlot find_slot_at(const int32_t* cu_seqlens, int6
     search.narrow(__popc(__ballot_sync(0xffffffffu, passes)));
   }
   return slot_in_sequence<BLOCK, kOrder>(cu_seqlens, search.lo, s);
-}
-template <int BLOCK, TileOrder kOrder>
-__device__ __forceinline__ TileSlot find_slot(const int32_t* cu_seqlens, int64_t batch,
-                                              int64_t slots) {
-  return find_slot_at<BLOCK, kOrder>(cu_seqlens, batch, slots, blockIdx.x);
 }
 #endif
 

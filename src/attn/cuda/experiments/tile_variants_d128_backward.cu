@@ -33,17 +33,6 @@ std::vector<Variant> d128_backward_variants() {
     // (DqOwnKeysFirst), the other warpgroup's after it.
     {"wgmma bwd dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
-    // dQ's conversion by blocks of the backward's own grid, interleaved with the key blocks by
-    // tickets (ConvertBlocks), instead of the pass after it: each kv head's conversions 132
-    // (a wave), 264, 396 or all ("a head") of the next head's key slots after its last one.
-    {"wgmma bwd convert blocks, lag 1 wave", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 132>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap convert blocks, lag 1 wave", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 132>>(p, ws, nullptr); }, false, 128, true},
-    {"wgmma bwd convert blocks, lag 2 waves", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 264>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap convert blocks, lag 2 waves", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 264>>(p, ws, nullptr); }, false, 128, true},
-    {"wgmma bwd convert blocks, lag 3 waves", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 396>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap convert blocks, lag 3 waves", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 396>>(p, ws, nullptr); }, false, 128, true},
-    {"wgmma bwd convert blocks, lag a head", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 1 << 30>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap convert blocks, lag a head", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, 1 << 30>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
