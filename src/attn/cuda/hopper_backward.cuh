@@ -91,10 +91,13 @@ namespace varpack::cuda {
 // over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
+// ProbeNoDqWrites (atomic dQ; a timing probe, its dQ wrong on purpose): the reducing warps do
+// everything but issue the bulk stores and reductions of dQ, so that the time saved bounds what
+// any cheaper way of adding dQ (fewer or smaller reductions) could gain.
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, bool ProbeNoDqWrites = false>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -114,6 +117,7 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
+  static constexpr bool kProbeNoDqWrites = ProbeNoDqWrites;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -572,14 +576,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
           uint32_t src = sDq + b * Cfg::kDqBytes + first_row * Cfg::kDqRowBytes;
           constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
-          if (first) {
-            for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
-              bulk_store(dst, src, kDataD * 4);
-          } else {
-            for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
-              bulk_reduce_add_f32(dst, src, kDataD * 4);
+          if constexpr (!Cfg::kProbeNoDqWrites) {
+            if (first) {
+              for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
+                bulk_store(dst, src, kDataD * 4);
+            } else {
+              for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
+                bulk_reduce_add_f32(dst, src, kDataD * 4);
+            }
           }
-        } else {
+        } else if constexpr (!Cfg::kProbeNoDqWrites) {
           for (int r = first_row; r < rows; r += kRowStep)
             bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
                                 sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);

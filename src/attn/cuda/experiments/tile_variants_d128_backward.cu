@@ -33,6 +33,10 @@ std::vector<Variant> d128_backward_variants() {
     // (DqOwnKeysFirst), the other warpgroup's after it.
     {"wgmma bwd dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
+    // Timing probes, dQ wrong on purpose: the library's kernel without dQ's bulk stores and
+    // reductions (ProbeNoDqWrites), what any cheaper way of adding dQ could gain at most.
+    {"wgmma bwd probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
