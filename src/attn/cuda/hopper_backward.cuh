@@ -103,7 +103,7 @@ namespace varpack::cuda {
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, int ConvertLag = 0>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, int ConvertLag = 0, int Diag = 0>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -127,6 +127,8 @@ struct HopperBackwardTile {
   static_assert(!kConvertBlocks || (ClaimDqRows && !SplitColumns),
                 "the conversion blocks read the claimed rows' states");
   static constexpr int64_t kConvertLag = ConvertLag;
+  // Diagnostic (timing only, wrong dQ): 1 = no wait before the release; 2 = conversions skipped.
+  static constexpr int kDiag = Diag;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -394,12 +396,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncthreads();
     const TicketWork work = ticket_work(words[0], slots, p.batch, p.kv_heads, Cfg::kConvertLag);
     if (work.convert) {
+      if constexpr ((Cfg::kDiag & 2) != 0) return;
       // Code before any setmaxnreg seems to get a small budget from ptxas: the conversion's loop
       // spilled ~320 bytes more, as much at two rows a thread as at eight; with a budget of its
       // own the kernel spills as without the conversion (ptxas -v, sm_90a).
       warpgroup_registers_down<160>();
-      convert_sequence_dq<T, kDataD, kBN, kBM, Cfg::kThreads>(p, dq_accum, dq_states,
-                                                              counters + 1, work);
+      convert_sequence_dq<T, kDataD, kBN, kBM, Cfg::kThreads, Cfg::kSmemBytes>(
+          p, dq_accum, dq_states, counters + 1, work, smem_raw);
       return;
     }
     slot_x = work.index;
@@ -645,9 +648,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       bulk_wait_read<0>();
       if constexpr (Cfg::kConvertBlocks) {
         // The block's dQ is in memory: every lane's reductions written, then one release.
-        bulk_wait<0>();
-        fence_proxy_async_global();
-        named_barrier_sync(kReducersDone, 32 * Cfg::kReducerWarps);
+        if constexpr ((Cfg::kDiag & 1) == 0) {
+          bulk_wait<0>();
+          fence_proxy_async_global();
+          named_barrier_sync(kReducersDone, 32 * Cfg::kReducerWarps);
+        }
         if (threadIdx.x == 64) release_add(counters + 1 + *done_index, 1u);
       }
     }

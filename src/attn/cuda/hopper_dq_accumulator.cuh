@@ -102,11 +102,11 @@ __device__ __forceinline__ uint32_t acquire_load(const uint32_t* counter) {
 // group no block reached (state untouched) are written as zeros, as dq_convert_tiles_kernel does.
 // Each thread keeps kBatch rows' loads in flight (8 floats of a row each, the state word with
 // them), so that one multiprocessor moves ~100 KB at a time.
-template <class T, int D, int kKeyBlock, int kTileRows, int kThreads>
+template <class T, int D, int kKeyBlock, int kTileRows, int kThreads, int kSmemBytes>
 __device__ __forceinline__ void convert_sequence_dq(const AttentionBackwardParams& p,
                                                     const float* dq_accum,
                                                     const uint32_t* states, uint32_t* done,
-                                                    const TicketWork& work) {
+                                                    const TicketWork& work, unsigned char* smem) {
   const int64_t b = work.index;
   const int64_t k_len = static_cast<int64_t>(p.cu_seqlens_k[b + 1]) - p.cu_seqlens_k[b];
   const uint32_t key_blocks = static_cast<uint32_t>((k_len + kKeyBlock - 1) / kKeyBlock);
@@ -114,43 +114,57 @@ __device__ __forceinline__ void convert_sequence_dq(const AttentionBackwardParam
     while (acquire_load(done + b * p.kv_heads + work.hk) < key_blocks) __nanosleep(256);
   __syncthreads();  // thread 0's acquire, for every thread's loads below
   const int64_t q_begin = p.cu_seqlens_q[b];
-  const int64_t q_len = static_cast<int64_t>(p.cu_seqlens_q[b + 1]) - q_begin;
+  const int rows = static_cast<int>(p.cu_seqlens_q[b + 1] - q_begin);
   const int group = p.heads / p.kv_heads;
   constexpr int kParts = D / 8;
   constexpr int kLanes = power_of_two_at_least(kParts);
-  constexpr int kStep = kThreads / kLanes;  // (row, head) pairs a pass
-  constexpr int kBatch = 8;
-  const int part = static_cast<int>(threadIdx.x) % kLanes;
+  constexpr int kStep = kThreads / kLanes;  // rows a pass
+  // Each thread keeps kDepth rows' copies in flight through the key blocks' shared memory (its 32
+  // bytes of a row and the row's state word a slot), ~kDepth x 12 KB a block at 384 threads.
+  constexpr int kSlotBytes = 36;
+  constexpr int kDepthFit = (kSmemBytes - 1024) / (kThreads * kSlotBytes);
+  constexpr int kDepth = kDepthFit < 16 ? kDepthFit : 16;
+  static_assert(kDepth >= 2, "room for two rows in flight a thread");
+  const int t = static_cast<int>(threadIdx.x);
+  const int part = t % kLanes;
   if (part >= kParts) return;
-  const int64_t pairs = q_len * group;
-  for (int64_t first = threadIdx.x / kLanes; first < pairs; first += kBatch * kStep) {
-    float4 x[kBatch], y[kBatch];
-    uint32_t state[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = first + j * kStep;
-      state[j] = kDqRowsUntouched;
-      if (i >= pairs) continue;
-      const int64_t r = i / group;
-      const int h = work.hk * group + static_cast<int>(i % group);
-      const int64_t tile_row = q_begin + r / kTileRows * kTileRows;
-      const int row_group = dq_row_group(static_cast<int>(r % kTileRows));
-      state[j] = __ldcg(states + dq_state_index(tile_row, row_group, p.heads, h));
-      const float4* src =
-          reinterpret_cast<const float4*>(dq_accum + ((q_begin + r) * p.heads + h) * D + part * 8);
-      x[j] = __ldcg(src);
-      y[j] = __ldcg(src + 1);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = first + j * kStep;
-      if (i >= pairs) continue;
-      const int64_t r = i / group;
-      const int h = work.hk * group + static_cast<int>(i % group);
+  float4* data = reinterpret_cast<float4*>(smem);  // [kDepth][kThreads][2]
+  uint32_t* words = reinterpret_cast<uint32_t*>(smem + kDepth * kThreads * 32);
+  const int64_t row_stride = static_cast<int64_t>(p.heads) * D;  // floats from row to row
+  const int r0 = t / kLanes;
+  const int n = r0 < rows ? (rows - r0 + kStep - 1) / kStep : 0;  // this thread's rows
+  for (int g = 0; g < group; ++g) {
+    const int h = work.hk * group + g;
+    const float* acc = dq_accum + (q_begin * p.heads + h) * D + part * 8;
+    const uint32_t* head_states = states + q_begin * p.heads + h;
+    auto issue = [&](int k) {  // row k of this thread's into slot k % kDepth, one commit group
+      if (k < n) {
+        const int r = r0 + k * kStep;
+        const int slot = k % kDepth;
+        const int state_row = r / kTileRows * kTileRows + dq_row_group(r % kTileRows);
+        const float* src = acc + r * row_stride;
+        cp_async_16(smem_addr(data + (slot * kThreads + t) * 2), src, true);
+        cp_async_16(smem_addr(data + (slot * kThreads + t) * 2 + 1), src + 4, true);
+        cp_async_4(smem_addr(words + slot * kThreads + t),
+                   head_states + static_cast<int64_t>(state_row) * p.heads, true);
+      }
+      cp_async_commit();
+    };
+    for (int k = 0; k < kDepth; ++k) issue(k);
+    for (int k = 0; k < n; ++k) {
+      cp_async_wait<kDepth - 1>();
+      asm volatile("" ::: "memory");  // the slot's shared-memory reads after the wait
+      const int slot = k % kDepth;
+      const float4 x = data[(slot * kThreads + t) * 2];
+      const float4 y = data[(slot * kThreads + t) * 2 + 1];
+      const bool stored = words[slot * kThreads + t] != kDqRowsUntouched;
       const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-      const bool stored = state[j] != kDqRowsUntouched;
-      store_dq_part<T>(p, q_begin + r, h, part, stored ? x[j] : zero, stored ? y[j] : zero);
+      store_dq_part<T>(p, q_begin + r0 + k * kStep, h, part, stored ? x : zero,
+                       stored ? y : zero);
+      asm volatile("" ::: "memory");  // the slot read before its next copy is issued
+      issue(k + kDepth);
     }
+    cp_async_wait<0>();
   }
 }
 #endif
