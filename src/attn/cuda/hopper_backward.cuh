@@ -1093,7 +1093,7 @@ void launch_hopper_dkdv(const AttentionBackwardParams& p, const float* delta, fl
 // 400.2 / 447.8 / 333.2 TFLOP/s against 268.8 / 399.4 / 453.7 / 351.7, d64 152.5 / 232.2 / 268.6 /
 // 196.4 against 161.5 / 237.9 / 273.1 / 207.1 (bench/results/cuda.md, 2026-12-01). Nor by blocks
 // of this kernel's own grid taking tickets between the key blocks (ConvertBlocks, 7b0ee2b and
-// branch diag/convert-blocks; H100, 2026-12-05): 0.98-0.99x at 64 x 1k and 16 x 4k, 0.94x mixed,
+// b38c5ed; H100, 2026-12-05): 0.98-0.99x at 64 x 1k and 16 x 4k, 0.94x mixed,
 // with the conversion staged through shared memory; the key blocks' path lost nothing (without
 // conversions 1.10x at 64 x 1k), so the conversion's memory traffic costs as much in the grid.
 template <class T, class Cfg>
