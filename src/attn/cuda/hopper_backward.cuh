@@ -91,13 +91,28 @@ namespace varpack::cuda {
 // over its own 64 keys before the barrier that waits for the other warpgroup's dS^T rows
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
-// ProbeNoDqWrites (atomic dQ; a timing probe, its dQ wrong on purpose): the reducing warps do
-// everything but issue the bulk stores and reductions of dQ, so that the time saved bounds what
-// any cheaper way of adding dQ (fewer or smaller reductions) could gain.
+// Probe: kNone in the library; the others are timing probes of the atomic kernel (experiments
+// only), each bounding what one lead could gain or cost (BackwardProbe).
+enum class BackwardProbe {
+  kNone,
+  // The reducing warps do everything but issue the bulk stores and reductions of dQ (dQ wrong on
+  // purpose): what any cheaper way of adding dQ (fewer or smaller reductions) could gain.
+  kNoDqWrites,
+  // Every other refill of the ring skips Q's and dO's TMA copies and computes on the stage's
+  // previous tile (all three gradients wrong on purpose): what loading each query tile once for
+  // two key blocks (a cluster's multicast) could gain at most.
+  kHalfQdoLoads,
+  // Odd key blocks of a sequence start two query tiles early, on tiles their keys do not see
+  // (masked whole; results right): what two key blocks walking their query tiles in lockstep
+  // would cost at most.
+  kOddBlocksStartEarly,
+};
+
 template <int D, int QueryStep, int Stages, int DataD = D, bool SplitColumns = false,
           bool PingPong = false, bool IssueAhead = false, bool SplitScores = false,
           bool TmaPrologue = false, bool ClaimDqRows = false, bool StmatrixDs = true,
-          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false, bool ProbeNoDqWrites = false>
+          bool SplitDqEmpty = false, bool DqOwnKeysFirst = false,
+          BackwardProbe Probe = BackwardProbe::kNone>
 struct HopperBackwardTile {
   static_assert(QueryStep == 64 || QueryStep == 128, "one or two 64-row dQ products per tile");
   static_assert(DataD <= D && DataD % 16 == 0, "whole k-steps of S^T = K Q^T");
@@ -117,7 +132,8 @@ struct HopperBackwardTile {
   static constexpr bool kStmatrixDs = StmatrixDs;
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
-  static constexpr bool kProbeNoDqWrites = ProbeNoDqWrites;
+  static constexpr BackwardProbe kProbe = Probe;
+  static constexpr bool kProbeNoDqWrites = Probe == BackwardProbe::kNoDqWrites;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -376,8 +392,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int group = p.heads / p.kv_heads;
   const SequenceBounds seq = tile.seq;
   const int64_t n0 = tile.r0;
-  const int64_t m_first = tile.walk.first;
-  const int m_tiles = tile.walk.count;
+  TileWalk walk = tile.walk;
+  if constexpr (Cfg::kProbe == BackwardProbe::kOddBlocksStartEarly) {
+    if (slot.block % 2 == 1 && walk.count > 0) {
+      const int early = static_cast<int>(walk.first / kBM < 2 ? walk.first / kBM : 2);
+      walk.first -= early * kBM;
+      walk.count += early;
+    }
+  }
+  const int64_t m_first = walk.first;
+  const int m_tiles = walk.count;
   const int iters = m_tiles * group;
   // Iteration it: q head hk * group + it / m_tiles, query tile starting at m_first + (it %
   // m_tiles) * kBM. Every role visits the iterations in order, so each steps a TileCursor
@@ -502,7 +526,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int64_t m0 = tile_start(cursor);
         if (m0 + kBM <= seq.q_len) {
           const int h = hk * group + cursor.head;
-          if (threadIdx.x == 0) {
+          const bool skip =
+              Cfg::kProbe == BackwardProbe::kHalfQdoLoads && it >= kStages && it % 2 == 1;
+          if (threadIdx.x == 0 && !skip) {
             // Before this thread's arrival below, so the phase cannot complete without the bytes.
             mbarrier_expect_tx(stage_full(s), 2 * QTile::kBytes);
             const int row = static_cast<int>(seq.q_begin + m0);

@@ -35,8 +35,16 @@ std::vector<Variant> d128_backward_variants() {
     {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
     // Timing probes, dQ wrong on purpose: the library's kernel without dQ's bulk stores and
     // reductions (ProbeNoDqWrites), what any cheaper way of adding dQ could gain at most.
-    {"wgmma bwd probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 128},
-    {"wgmma bwd softcap probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, true>>(p, ws, nullptr); }, false, 128, true},
+    {"wgmma bwd probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kNoDqWrites>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kNoDqWrites>>(p, ws, nullptr); }, false, 128, true},
+    // What a cluster of two key blocks sharing their query tiles could gain and cost, bounded:
+    // each Q/dO tile loaded for two tiles (kHalfQdoLoads; every gradient wrong on purpose), and
+    // odd key blocks walking two masked tiles first, as they would in lockstep with the even one
+    // (kOddBlocksStartEarly; right results).
+    {"wgmma bwd probe: half Q/dO loads (wrong grads)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kHalfQdoLoads>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap probe: half Q/dO loads (wrong grads)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kHalfQdoLoads>>(p, ws, nullptr); }, false, 128, true},
+    {"wgmma bwd probe: odd blocks start early", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kOddBlocksStartEarly>>(p, ws, nullptr); }, false, 128},
+    {"wgmma bwd softcap probe: odd blocks start early", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kOddBlocksStartEarly>>(p, ws, nullptr); }, false, 128, true},
     // The dQ accumulator cleared by the Delta pass and every block adding (the library kernel
     // before 6978c1e, 2026-12-03).
     {"wgmma bwd cleared accumulator", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, false>>(p, ws, nullptr); }, false, 128},
