@@ -92,7 +92,14 @@ namespace varpack::cuda {
 // (kDsReady), and the other 64 keys' after it, so that the tensor cores hold more of its work
 // while it waits.
 // Probe: kNone in the library; the others are timing probes of the atomic kernel (experiments
-// only), each bounding what one lead could gain or cost (BackwardProbe).
+// only), each bounding what one lead could gain or cost. Measured at d128 on an H100 (bf16,
+// causal, 16 heads, tile_shapes, 2026-12-05 18:08-18:30 UTC, cuda.md), the library's time over the
+// probe's at 64 x 1k / 16 x 4k / 4 x 16k / mixed with the clock free, then at the 700 W power cap
+// (calls back to back): kNoDqWrites 1.03 / 1.01 / 0.99-1.01 / 1.02, at the cap 1.07 / 1.07-1.08
+// / 1.08 / 1.06-1.07; kHalfQdoLoads 1.00 / 0.99-1.00 / 1.04-1.05 / 1.00, at the cap 1.01 / 1.02
+// / 1.02 / 1.01; kOddBlocksStartEarly 0.90 / 0.97 / 1.02 / 0.96, at the cap 0.91 / 0.97 / 1.00 /
+// 0.97. So a cluster pair of key blocks (dQ added in distributed shared memory, Q/dO multicast)
+// gains at most +2.8% at the cap at 16 x 4k and loses with the clock free: not written.
 enum class BackwardProbe {
   kNone,
   // The reducing warps do everything but issue the bulk stores and reductions of dQ (dQ wrong on

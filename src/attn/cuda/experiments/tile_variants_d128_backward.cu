@@ -34,7 +34,7 @@ std::vector<Variant> d128_backward_variants() {
     {"wgmma bwd dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap dQ own keys first", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, true>>(p, ws, nullptr); }, false, 128, true},
     // Timing probes, dQ wrong on purpose: the library's kernel without dQ's bulk stores and
-    // reductions (ProbeNoDqWrites), what any cheaper way of adding dQ could gain at most.
+    // reductions (BackwardProbe::kNoDqWrites), what any cheaper way of adding dQ could gain.
     {"wgmma bwd probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kNoDqWrites>>(p, ws, nullptr); }, false, 128},
     {"wgmma bwd softcap probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 128, false, false, true, false, true, true, true, true, false, BackwardProbe::kNoDqWrites>>(p, ws, nullptr); }, false, 128, true},
     // What a cluster of two key blocks sharing their query tiles could gain and cost, bounded:

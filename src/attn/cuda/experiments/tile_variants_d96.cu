@@ -37,7 +37,7 @@ std::vector<Variant> d96_variants() {
     // barrier.
     {"wgmma bwd d96 dQ after dS-ready (before)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true>>(p, ws, nullptr); }, false, 96},
     // Timing probe, dQ wrong on purpose: the library's kernel without dQ's bulk stores and
-    // reductions (ProbeNoDqWrites; as at d128).
+    // reductions (BackwardProbe::kNoDqWrites; as at d128).
     {"wgmma bwd d96 probe: no dQ writes (wrong dQ)", [](auto& p, void* ws) { launch_hopper_backward_atomic_with<T, HopperBackwardTile<128, 64, 2, 96, false, false, true, false, true, true, true, true, true, BackwardProbe::kNoDqWrites>>(p, ws, nullptr); }, false, 96},
     // Softcap: the library's.
     {"wgmma bwd d96 softcap (lib)", [](auto& p, void* ws) { launch_hopper_backward<T, 96>(p, ws, nullptr); }, false, 96, true},
