@@ -140,7 +140,6 @@ struct HopperBackwardTile {
   static constexpr bool kSplitDqEmpty = SplitDqEmpty;
   static constexpr bool kDqOwnKeysFirst = DqOwnKeysFirst;
   static constexpr BackwardProbe kProbe = Probe;
-  static constexpr bool kProbeNoDqWrites = Probe == BackwardProbe::kNoDqWrites;
   // The products' descriptors built once per operand tile and advanced by a 32-bit add per product
   // (GmmaOperand) instead of rebuilt from an address each time: 15% fewer instructions in d128's
   // loop. Measured on the H200 (bf16, causal, 16 heads, tile_shapes against the previous library,
@@ -609,7 +608,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int64_t dst_step = static_cast<int64_t>(kRowStep) * p.heads * kDataD;
           uint32_t src = sDq + b * Cfg::kDqBytes + first_row * Cfg::kDqRowBytes;
           constexpr uint32_t kSrcStep = kRowStep * Cfg::kDqRowBytes;
-          if constexpr (!Cfg::kProbeNoDqWrites) {
+          if constexpr (Cfg::kProbe != BackwardProbe::kNoDqWrites) {
             if (first) {
               for (int r = first_row; r < rows; r += kRowStep, dst += dst_step, src += kSrcStep)
                 bulk_store(dst, src, kDataD * 4);
@@ -618,7 +617,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 bulk_reduce_add_f32(dst, src, kDataD * 4);
             }
           }
-        } else if constexpr (!Cfg::kProbeNoDqWrites) {
+        } else if constexpr (Cfg::kProbe != BackwardProbe::kNoDqWrites) {
           for (int r = first_row; r < rows; r += kRowStep)
             bulk_reduce_add_f32(dq_accum + ((seq.q_begin + m0 + r) * p.heads + h) * kDataD,
                                 sDq + b * Cfg::kDqBytes + r * Cfg::kDqRowBytes, kDataD * 4);
