@@ -21,6 +21,10 @@ Where the sequence boundaries come from, in the order transformers' flash-attent
 The kernel is any function with FlashAttention-2's flash_attn_varlen_func signature; register()
 uses varpack.flash_attn_varlen_func, register_varlen_function() takes another (the training
 benchmark registers torch's varlen_attn through it for a like-for-like comparison).
+
+prepare(model) is the one call for the fastest packed training step of a stock causal LM: varpack
+attention, the loss through varpack.linear_cross_entropy (no [tokens, vocab] logits), and each
+decoder layer compiled once for every batch shape (docs/ARCHITECTURE.md, "The training step").
 """
 from __future__ import annotations
 
@@ -43,8 +47,9 @@ def _boundaries_from_position_ids(position_ids: torch.Tensor) -> tuple[torch.Ten
     return cu_seqlens, int(cu_seqlens.diff().max().item())
 
 
-def _host_int(value) -> int:
-    return int(value.item()) if isinstance(value, torch.Tensor) else int(value)
+def _host_int(value):
+    # A SymInt (torch.compile with dynamic shapes) passes through: int() would specialise on it.
+    return int(value.item()) if isinstance(value, torch.Tensor) else value
 
 
 def make_attention_forward(varlen_fn: Callable) -> Callable:
@@ -62,11 +67,11 @@ def make_attention_forward(varlen_fn: Callable) -> Callable:
         q = query.transpose(1, 2)
         k = key.transpose(1, 2)
         v = value.transpose(1, 2)
-        if query.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        if torch.is_autocast_enabled(query.device.type):
             # Under autocast, RoPE leaves q and k in float32 (cos/sin follow the float32 residual
             # stream) while v comes out of its projection in bf16: cast all three to the autocast
             # dtype, as transformers' flash-attention path does.
-            dtype = torch.get_autocast_dtype("cuda")
+            dtype = torch.get_autocast_dtype(query.device.type)
             q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         causal = bool(module.is_causal if is_causal is None else is_causal)
         options = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal,
@@ -152,3 +157,83 @@ def register(name: str = DEFAULT_NAME) -> Callable:
     import varpack
 
     return register_varlen_function(name, varpack.flash_attn_varlen_func)
+
+
+# Config fields of causal LMs whose head is more than hidden @ weight.T: the fused loss refuses them.
+_HEAD_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks, by the class names transformers lists as never split across devices."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def _use_fused_loss(model: torch.nn.Module, chunk_tokens: int) -> None:
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from .linear_cross_entropy import linear_cross_entropy, shift_labels
+
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        raise ValueError(f"varpack.hf.prepare(fused_loss=True): {type(model).__name__}'s output "
+                         "layer is not a bias-free nn.Linear; pass fused_loss=False")
+    for field in _HEAD_TRANSFORMS:
+        if getattr(model.config, field, None) not in (None, 0, 0.0, 1, 1.0):
+            raise ValueError(f"varpack.hf.prepare(fused_loss=True): {type(model).__name__} sets "
+                             f"config.{field}, which the fused loss does not apply; pass "
+                             "fused_loss=False")
+    decoder = model.get_decoder()
+    unfused_forward = model.forward
+
+    def forward(input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
+        targets = kwargs.pop("shift_labels", None)
+        if labels is None and targets is None:
+            return unfused_forward(input_ids=input_ids, **kwargs)
+        kwargs.pop("logits_to_keep", None)
+        outputs = decoder(input_ids=input_ids, **kwargs)
+        if targets is None:
+            targets = shift_labels(labels)
+        loss = linear_cross_entropy(outputs.last_hidden_state, head.weight, targets,
+                                    num_items_in_batch=num_items_in_batch,
+                                    chunk_tokens=chunk_tokens)
+        return CausalLMOutputWithPast(loss=loss, logits=None,
+                                      past_key_values=outputs.past_key_values,
+                                      hidden_states=outputs.hidden_states,
+                                      attentions=outputs.attentions)
+
+    model.forward = forward
+
+
+def prepare(model: torch.nn.Module, *, compile: bool | None = None, fused_loss: bool = True,
+            chunk_tokens: int = 4096, compile_backend: str = "inductor") -> torch.nn.Module:
+    """Makes a stock Hugging Face causal LM train fast on packed batches, in place; returns it.
+
+    - attention: varpack's varlen kernel (attn_implementation="varpack");
+    - fused_loss: with labels, model(...).loss comes from varpack.linear_cross_entropy, chunks of
+      `chunk_tokens` tokens, and .logits is None (the [tokens, vocab] logits are never made);
+      Hugging Face's reduction, num_items_in_batch included;
+    - compile (default: on CUDA): every decoder layer torch.compile'd with fullgraph=True and
+      dynamic shapes, so normalisation, rotary and activation fuse and one compilation serves every
+      packed length (no recompile per batch).
+    Sets config.use_cache = False (generate() still asks for its cache explicitly).
+    Feed it the collator's batches (varpack.PackingCollator or DataCollatorWithFlattening with
+    return_flash_attn_kwargs=True): max_length_q/k as Python ints keep the step free of host syncs.
+    """
+    register()
+    model.set_attn_implementation(DEFAULT_NAME)
+    # A training step needs no KV cache, and its per-layer state would recompile every layer.
+    model.config.use_cache = False
+    if fused_loss:
+        _use_fused_loss(model, chunk_tokens)
+    if compile is None:
+        compile = next(model.parameters()).device.type == "cuda"
+    if compile:
+        layers = _decoder_layers(model)
+        if not layers:
+            raise ValueError(f"varpack.hf.prepare(compile=True): {type(model).__name__} names no "
+                             "decoder layer class in _no_split_modules; compile it yourself or pass "
+                             "compile=False")
+        for layer in layers:
+            layer.compile(fullgraph=True, dynamic=True, backend=compile_backend)
+    return model

@@ -1,0 +1,101 @@
+"""Cross-entropy of a linear head's logits without ever holding the whole logits.
+
+A causal LM's loss is cross_entropy(hidden @ weight.T, targets). Done plainly, a step of 16k
+tokens and a vocabulary of 32000 holds [16k, 32000] logits in bf16, their float32 upcast and the
+float32 gradient: about 5 GiB, and four memory passes over each. Here the tokens go through in
+chunks: each chunk's logits are made, turned into the chunk's loss and its gradient with respect to
+the logits, and multiplied straight into the gradients of hidden and weight, then dropped. The
+backward only scales what the forward already computed (the approach of Liger Kernel's fused linear
+cross-entropy, written here in plain torch so that it runs, and is tested, on the CPU too).
+
+Targets are already aligned with the rows of hidden (row t predicts targets[t]); -100 marks rows
+without a target (the last token of every packed sample, and padding).
+"""
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+DEFAULT_CHUNK_TOKENS = 4096  # a [4096, 32000] float32 chunk is 0.5 GiB
+
+
+def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    if torch.is_autocast_enabled(hidden.device.type):
+        return torch.get_autocast_dtype(hidden.device.type)
+    return hidden.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Sum over rows of the token losses, with both gradients computed chunk by chunk in forward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk_tokens, compute_dtype):
+        w = weight.to(compute_dtype)
+        needs_hidden_grad, needs_weight_grad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_weight_grad else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for begin in range(0, hidden.shape[0], chunk_tokens):
+            h = hidden[begin:begin + chunk_tokens].to(compute_dtype)
+            t = targets[begin:begin + chunk_tokens]
+            logits = (h @ w.T).float()
+            lse = torch.logsumexp(logits, dim=-1)
+            counted = t != IGNORE_INDEX
+            safe_t = torch.where(counted, t, 0)
+            target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
+            total += ((lse - target_logit) * counted).sum()
+            if grad_hidden is None and grad_weight is None:
+                continue
+            # d loss / d logits = softmax - one_hot(target), zero on uncounted rows.
+            grad_logits = logits.sub_(lse[:, None]).exp_()
+            grad_logits.scatter_add_(1, safe_t[:, None], grad_logits.new_full((len(t), 1), -1.0))
+            grad_logits.mul_(counted[:, None])
+            grad_logits = grad_logits.to(compute_dtype)
+            if grad_hidden is not None:
+                grad_hidden[begin:begin + chunk_tokens] = grad_logits @ w
+            if grad_weight is not None:
+                grad_weight += (grad_logits.T @ h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
+        if grad_weight is not None:
+            grad_weight = grad_weight * grad_total
+        return grad_hidden, grad_weight, None, None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         num_items_in_batch: int | torch.Tensor | None = None,
+                         chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> torch.Tensor:
+    """cross_entropy(hidden @ weight.T, targets) with Hugging Face's reduction: the mean over
+    counted targets, or their sum divided by num_items_in_batch when given (the global count over
+    gradient-accumulation steps and ranks, see Trainer). hidden [..., H], weight [V, H], targets
+    hidden's shape without H. Under autocast the products run in the autocast dtype and the
+    softmax in float32, as the model's own lm_head + loss would."""
+    if hidden.shape[:-1] != targets.shape:
+        raise ValueError(f"linear_cross_entropy: hidden {tuple(hidden.shape)} and targets "
+                         f"{tuple(targets.shape)} disagree: hidden must be targets' shape plus H")
+    if weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"linear_cross_entropy: weight {tuple(weight.shape)} must be "
+                         f"[vocab, {hidden.shape[-1]}]")
+    if chunk_tokens < 1:
+        raise ValueError(f"linear_cross_entropy: chunk_tokens={chunk_tokens} must be >= 1")
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    flat_targets = targets.reshape(-1).to(hidden.device)
+    total = _LinearCrossEntropy.apply(flat_hidden, weight, flat_targets, chunk_tokens,
+                                      _compute_dtype(hidden))
+    if num_items_in_batch is None:
+        # A device-side count: no host sync (a batch without targets gives NaN, as torch's mean).
+        return total / (flat_targets != IGNORE_INDEX).sum()
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
+def shift_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's causal shift: position t is scored on labels[t + 1], the last on nothing."""
+    return torch.nn.functional.pad(labels[..., 1:], (0, 1), value=IGNORE_INDEX)
