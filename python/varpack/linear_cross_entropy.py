@@ -31,14 +31,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk_tokens, compute_dtype):
         w = weight.to(compute_dtype)
+        # The softmax in float32 at least (float64 stays float64), as transformers' loss upcasts.
+        softmax_dtype = torch.promote_types(compute_dtype, torch.float32)
         needs_hidden_grad, needs_weight_grad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_weight_grad else None
-        total = hidden.new_zeros((), dtype=torch.float32)
+        grad_weight = (torch.zeros_like(weight, dtype=softmax_dtype) if needs_weight_grad
+                       else None)
+        total = hidden.new_zeros((), dtype=softmax_dtype)
         for begin in range(0, hidden.shape[0], chunk_tokens):
             h = hidden[begin:begin + chunk_tokens].to(compute_dtype)
             t = targets[begin:begin + chunk_tokens]
-            logits = (h @ w.T).float()
+            logits = (h @ w.T).to(softmax_dtype)
             lse = torch.logsumexp(logits, dim=-1)
             counted = t != IGNORE_INDEX
             safe_t = torch.where(counted, t, 0)
@@ -54,7 +57,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[begin:begin + chunk_tokens] = grad_logits @ w
             if grad_weight is not None:
-                grad_weight += (grad_logits.T @ h).float()
+                grad_weight += grad_logits.T @ h
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 
