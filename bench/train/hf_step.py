@@ -303,6 +303,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=16384, help="tokens per step, at most")
     parser.add_argument("--steps", type=int, default=14, help="steps per mode, warm-up included")
     parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--parity-steps", type=int, default=0,
+                        help="varpack and varpack_prepared run this many steps instead (their "
+                             "losses compared step by step)")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke run)")
@@ -313,6 +316,9 @@ def main(argv=None) -> int:
     args.trace_modes = set(args.trace_modes.split(",")) if args.trace_modes else set()
     args.trace_dir = args.out
     modes = args.modes.split(",") + (list(COMPILED_PEERS) if args.compile_peers else [])
+    if "varpack_liger" in modes:
+        # Liger patches transformers' Llama classes for the whole process: it must run last.
+        modes = [m for m in modes if m != "varpack_liger"] + ["varpack_liger"]
     device = args.device
     if device == "cpu" and any("flex" in m for m in modes):
         print("flex_attention has no backward on the CPU: its modes are left out")
@@ -335,7 +341,8 @@ def main(argv=None) -> int:
                   "argv": sys.argv, "profiles": {}}
     for profile in args.profiles.split(","):
         args.profile = profile
-        steps = make_steps(profile, args.tokens, args.steps, cfg["vocab_size"], seed=1)
+        steps = make_steps(profile, args.tokens, max(args.steps, args.parity_steps),
+                           cfg["vocab_size"], seed=1)
         flops = lambda s: step_flops(s, cfg, non_embedding)  # noqa: E731
         results = []
         print(f"\n{profile} profile, lengths {PROFILES[profile]}, {args.tokens} tokens a step",
@@ -344,7 +351,9 @@ def main(argv=None) -> int:
               f"{'peak GiB':>9}{'wait ms':>9}{'syncs':>7}  first loss", flush=True)
         for mode in modes:
             try:
-                r = run_mode(mode, steps, args, state, device, flops, peak)
+                parity = args.parity_steps and mode in ("varpack", "varpack_prepared")
+                mine = steps[:args.parity_steps] if parity else steps[:args.steps]
+                r = run_mode(mode, mine, args, state, device, flops, peak)
             except Exception as error:  # one mode failing must not lose the others' numbers
                 oom = isinstance(error, torch.OutOfMemoryError)
                 print(f"{mode:<22} {'out of memory' if oom else 'failed'}: "
