@@ -363,15 +363,15 @@ def main(argv=None) -> int:
                     torch.cuda.empty_cache()
                 continue
             results.append(r)
+            if args.out:  # after every mode, so a run cut short keeps what it measured
+                everything["profiles"][profile] = results
+                with open(os.path.join(args.out, "hf_step.json"), "w") as f:
+                    json.dump(everything, f, indent=1)
             print(f"{mode:<22}{r['step_ms']:9.1f}{r['wall_ms']:9.1f}{r['tokens_per_s']:10.0f}"
                   f"{r['model_tflops']:9.1f}{r['mfu']:7.1%}{r['peak_gib']:9.1f}"
                   f"{r['loader_wait_ms']:9.2f}{r['syncs_per_step']:7.1f}  {r['losses'][0]:.5f}",
                   flush=True)
         report(results)
-        everything["profiles"][profile] = results
-    if args.out:
-        with open(os.path.join(args.out, "hf_step.json"), "w") as f:
-            json.dump(everything, f, indent=1)
     return 0
 
 
