@@ -2,8 +2,8 @@
 
 The project cites only files it contains. Checked: markdown link targets (relative to the
 document), repository paths (src/..., tests/..., ...; a glob must match something) and bare
-file names (hopper_forward.cuh), the last anywhere in the tree. A path that a paragraph cites as
-of a commit it names (a command recorded as it was run) may instead exist at that commit.
+file names (hopper_forward.cuh), the last anywhere in the tree. A path or name that a paragraph
+cites as of a commit it names (a command recorded as it was run) may instead exist at that commit.
 bench/results/history/ is left out: it is the verbatim record of its time, and names files as
 they were then.
 """
@@ -38,6 +38,14 @@ def tree_names():
         names.update(subfolders)
         names.update(files)
     return frozenset(names)
+
+
+@functools.lru_cache(maxsize=None)
+def names_at(commit):
+    """The file names of the tree at `commit` (empty if the clone lacks it)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", commit],
+                          capture_output=True, text=True)
+    return frozenset(pathlib.PurePosixPath(p).name for p in done.stdout.split())
 
 
 def exists_at(commit, path):
@@ -89,7 +97,7 @@ def missing(document, names):
             found = (ROOT / citation).exists() or any(exists_at(c, citation.rstrip("/"))
                                                        for c in commits)
         else:
-            found = citation in names
+            found = citation in names or any(citation in names_at(c) for c in commits)
         if not found:
             found_not.append(f"{number}: {kind} {citation}")
     return found_not
