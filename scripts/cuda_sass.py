@@ -47,10 +47,9 @@ def nvcc_release():
     return out.strip().splitlines()[-1]
 
 
-def functions(obj, env=None):
-    """(arch, mangled name, hash of the body with names blanked) for each function in obj."""
-    sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True,
-                          check=True, env=env or tool_env()).stdout
+def parse_sass(sass):
+    """(arch, mangled name, hash of the body with names blanked) for each function of
+    `cuobjdump -sass` output."""
     arch, name, body, found = None, None, [], []
 
     def close():
@@ -70,6 +69,12 @@ def functions(obj, env=None):
             body.append(stripped)
     close()
     return found
+
+
+def functions(obj, env=None):
+    """parse_sass of one object file."""
+    return parse_sass(subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True,
+                                     text=True, check=True, env=env or tool_env()).stdout)
 
 
 def library_digest(library):
@@ -93,6 +98,20 @@ def keyed(lines):
         hashes[(member, arch)][digest] += 1
         names[(member, arch, digest)].add(name)
     return hashes, names
+
+
+def differences(recorded, current):
+    """Lines naming each (object, arch) whose multiset of function hashes differs."""
+    want, want_names = keyed(recorded)
+    got, got_names = keyed(current)
+    changed = []
+    for key in sorted(set(want) | set(got)):
+        if want[key] != got[key]:
+            for digest in want[key] - got[key]:
+                changed.append(f"  {key[0]} {key[1]}: was {sorted(want_names[key + (digest,)])}")
+            for digest in got[key] - want[key]:
+                changed.append(f"  {key[0]} {key[1]}: now {sorted(got_names[key + (digest,)])}")
+    return changed
 
 
 def main(argv):
@@ -121,17 +140,7 @@ def main(argv):
         print(f"cuda_sass: the digest is of '{recorded[0][2:] if recorded else '?'}', nvcc is "
               f"'{release}': not compared")
         return 0
-    want, want_names = keyed(recorded[1:])
-    got, got_names = keyed(current)
-    changed = []
-    for key in sorted(set(want) | set(got)):
-        if want[key] != got[key]:
-            gone = want[key] - got[key]
-            new = got[key] - want[key]
-            for digest in gone:
-                changed.append(f"  {key[0]} {key[1]}: was {sorted(want_names[key + (digest,)])}")
-            for digest in new:
-                changed.append(f"  {key[0]} {key[1]}: now {sorted(got_names[key + (digest,)])}")
+    changed = differences(recorded[1:], current)
     if changed:
         print("cuda_sass: the library's SASS differs from tests/cuda/sass_digest.txt:")
         print("\n".join(changed))

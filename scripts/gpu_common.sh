@@ -9,10 +9,18 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 summary=()
 
+# DEADLINE_S: no step runs past that many seconds of the script (the `run` tool's limit is 600 s;
+# past it the summary would be lost): a step's limit is cut to what is left, and a step with
+# nothing left is skipped and named in the summary.
 step() {  # step LOG NAME TIMEOUT_S COMMAND...: runs with a time limit, appends to $out/LOG
   local log=$out/$1 name=$2 limit=$3
   shift 3
-  local t0=$SECONDS
+  local t0=$SECONDS left=$(( ${DEADLINE_S:-100000} - SECONDS ))
+  if [ "$left" -lt 10 ]; then
+    summary+=("$(printf '%-22s skipped: past DEADLINE_S=%s' "$name" "${DEADLINE_S:-}")")
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   echo "==== $name: $*" >>"$log"
   timeout "$limit" "$@" >"$out/.step" 2>&1
   local rc=$?

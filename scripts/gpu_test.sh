@@ -8,15 +8,16 @@
 #   - compute-sanitizer memcheck and racecheck on the standalone test's small cases (every
 #     forward launch: several heads per block in both orders, a block per work, the persistent
 #     kernel on two blocks), on d96 / d256 cases and on d64 past 4096 queries;
-#   - with --baseline DIR (a tree of an earlier commit, e.g. `git archive main | tar -x -C DIR`):
-#     the standalone benchmark of DIR's library and of this one, in turn, ROUNDS times, with the
-#     ratios of this tree's TFLOP/s to DIR's at the end (bench_compare.txt).
+#   - with --baseline DIR (a tree of an earlier commit, e.g. `git archive main | tar -x -C DIR`),
+#     before the sanitizers: the standalone benchmark of DIR's library and of this one, in turn,
+#     ROUNDS times, with the ratios of this tree's TFLOP/s to DIR's (bench_compare.txt).
 # Logs go to $OUT (or ./gpu-out); a summary is printed last. Each step has a time limit; the
 # standalone build and the torch extension's build run side by side.
 # Usage: scripts/gpu_test.sh [--quick] [--notorch] [--baseline DIR] [--help]
 #   --quick: the standalone test and sanitizers on the library's launch only (late in a
 #            session's device time); --notorch: no torch extension, no pytest.
-#   SANITIZE_S=60 caps each sanitizer step (default 150); ROUNDS=2 benchmark rounds (default 2).
+#   SANITIZE_S=60 caps each sanitizer step (default 150); ROUNDS=2 benchmark rounds (default 1);
+#   DEADLINE_S: no step past that many seconds (default 570, for the `run` tool's 600 s).
 cd "$(dirname "$0")/.."
 usage() { sed -n '2,/^cd /p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 quick=0 torch=1 baseline=
@@ -34,6 +35,7 @@ if [ -n "$baseline" ] && [ ! -f "$baseline/src/attn/cuda/CMakeLists.txt" ]; then
   echo "gpu_test.sh: $baseline holds no src/attn/cuda/CMakeLists.txt (a tree of the repository)" >&2
   exit 2
 fi
+export DEADLINE_S=${DEADLINE_S:-570}
 source scripts/gpu_common.sh
 describe_machine
 
@@ -66,6 +68,19 @@ tests=$bin/tests
 [ $torch = 1 ] && VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 \
   python3 -m pytest -q -ra tests/python/test_cuda_attention.py
 
+# The benchmarks before the sanitizers, on an idle device (the builds are done).
+if [ -n "$baseline" ]; then
+  wait $baseline_pid
+  summary+=("$(printf '%-22s rc=%-3s' build_baseline $?)")
+  base_bench=$(find build-baseline -name bench_attention_cuda -type f | head -1)
+  for round in $(seq 1 "${ROUNDS:-1}"); do
+    [ -n "$base_bench" ] && step bench.log "bench_baseline_$round" 120 "$base_bench" 20
+    step bench.log "bench_this_$round" 120 $bin/bench/bench_attention_cuda 20
+  done
+  python3 scripts/bench_compare.py "$out/bench.log" >"$out/bench_compare.txt" 2>&1
+  cat "$out/bench_compare.txt"
+fi
+
 # Cases as numbered by test_attention_cuda.cpp. 1-3: many key tiles, max_seqlen unknown (case 1)
 # and understated (case 2; by chunks a forward block then takes several query tiles), both
 # backward modes, every forward launch; 30-36 d96 / d256 (lengths that differ, windows,
@@ -86,18 +101,6 @@ if [ -x $tests/test_attention_cuda ]; then
     sanitize memcheck d64_long 5 42 --forward=library
     sanitize racecheck d64_long 2 42 --forward=library
   fi
-fi
-
-if [ -n "$baseline" ]; then
-  wait $baseline_pid
-  summary+=("$(printf '%-22s rc=%-3s' build_baseline $?)")
-  base_bench=$(find build-baseline -name bench_attention_cuda -type f | head -1)
-  for round in $(seq 1 "${ROUNDS:-2}"); do
-    [ -n "$base_bench" ] && step bench.log "bench_baseline_$round" 120 "$base_bench" 20
-    step bench.log "bench_this_$round" 120 $bin/bench/bench_attention_cuda 20
-  done
-  python3 scripts/bench_compare.py "$out/bench.log" >"$out/bench_compare.txt" 2>&1
-  cat "$out/bench_compare.txt"
 fi
 
 [ -f "$out/tests.log" ] && grep -E "^(FAIL|FAILED|ERROR)" "$out/tests.log" | head -12

@@ -14,11 +14,11 @@
 // - consumer warpgroups of 64 query rows each. S = Q K^T reads both operands from shared memory,
 //   O += P V takes P from registers, so P never leaves the registers. A consumer issues tile t's
 //   S = Q K^T together with tile t - 1's O += P V and runs tile t's softmax while the latter runs;
-//   the consumers take turns to issue (named barriers), so one's softmax overlaps
-//   the other's products. The output goes out through a shared-memory scratch of its own: each
-//   consumer warp's 16 rows stored by the TMA unit (WarpRowsTmaOut; a sequence's partial last
-//   rows by the warp), or, at d256 and with d64's three consumers (ForwardD64Long), copied
-//   out by the warp in 16-byte chunks (WarpRowsOut).
+//   the consumers take turns to issue (named barriers), so one's softmax overlaps the other's
+//   products. The output goes out through a shared-memory scratch of its own: each consumer
+//   warp's 16 rows stored by the TMA unit (WarpRowsTmaOut; a sequence's partial last rows by the
+//   warp), or, at d256 and with d64's three consumers (ForwardD64Long), copied out by the warp in
+//   16-byte chunks (WarpRowsOut).
 // The shapes: hopper_forward_configs.cuh; the works and their order: forward_scheduler.cuh.
 #pragma once
 
