@@ -12,6 +12,7 @@ The digest is tied to the nvcc release that wrote it; with another release `chec
 passes (the code differs by compiler, not by change).
 """
 import collections
+import concurrent.futures
 import hashlib
 import os
 import pathlib
@@ -84,9 +85,11 @@ def library_digest(library):
         members = subprocess.run(["ar", "t", str(library)], capture_output=True, text=True,
                                  check=True).stdout.split()
         subprocess.run(["ar", "x", str(pathlib.Path(library).resolve())], cwd=tmp, check=True)
-        for member in members:
-            for arch, name, digest in functions(pathlib.Path(tmp) / member, env):
-                lines.append(f"{member} {arch} {digest} {name}")
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            found = pool.map(lambda m: functions(pathlib.Path(tmp) / m, env), members)
+            for member, member_functions in zip(members, found):
+                for arch, name, digest in member_functions:
+                    lines.append(f"{member} {arch} {digest} {name}")
     return sorted(lines)
 
 
