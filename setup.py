@@ -41,8 +41,8 @@ if want_cuda == "auto":
     want_cuda = "1" if (torch.version.cuda is not None and CUDA_HOME is not None) else "0"
 
 if want_cuda == "1":
-    # The kernels' .cu files without the standalone check programs (test_*.cu have a main).
-    cuda_kernels = [f for f in sources("src/attn/cuda/*.cu") if not os.path.basename(f).startswith("test_")]
+    # The kernels' .cu files (their standalone tests and benchmark live in tests/cuda, bench/cuda).
+    cuda_kernels = sources("src/attn/cuda/*.cu")
     extension = CUDAExtension(
         "varpack._C",
         bindings + core + cuda_kernels + sources("python/csrc/cuda/*.cpp"),

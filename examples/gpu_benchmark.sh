@@ -7,7 +7,7 @@
 #
 #   bash examples/gpu_benchmark.sh OUT_DIR [extra train_packed.py options]
 # SAVING_CURVE=0 skips the saving curve; VARPACK_CUDA=0 builds without the CUDA kernels; BUILD=0
-# uses the extension already built in place (after scripts/gpu_run.sh in the same call).
+# uses the extension already built in place (after scripts/gpu_test.sh in the same call).
 # (with the `run` tool: give $OUT as OUT_DIR; nothing needs carrying: the extension needs only torch,
 # a C++ compiler and nvcc)
 set -uo pipefail

@@ -2,8 +2,8 @@
 # The project-level GPU measurements in as few `run` calls as the 600 s limit allows: builds the
 # torch extension once (in place; later calls on a still-warm machine reuse it with BUILD=0), then
 # runs the parts named on the command line, each under its own time limit so that the call ends
-# with its logs. Kernel work has its own script (scripts/gpu_run.sh: standalone build, tests,
-# sanitizers, benchmarks).
+# with its logs. Kernel work has its own script (scripts/gpu_test.sh, gpu_bench.sh,
+# gpu_tune.sh: standalone build, tests, sanitizers, benchmarks, experiments).
 #   vla     examples/train_vla.py's H200 preset: padded / dynamic / varlen / varlen + view pruning
 #   cuda    the GPU pytest (both kernel paths) and bench/cuda/bench_attention_gpu.py (the peers)
 #   dist    examples/distributed_gpu.sh: calibration, DDP token- vs cost-balanced, simulator, CP

@@ -7,15 +7,14 @@ backward branch's range with the most wgmma instructions (HGMMA); in it, every L
 local array) is listed with the source line it came from.
 
 Input: nvdisasm's output for one compiled instance file, with line info. nvdisasm and cuobjdump
-are not part of the CUDA toolkit here; PyPI carries them (nvidia-cuda-nvdisasm,
-nvidia-cuda-cuobjdump: `pip download --no-deps`, then unzip the wheel; a reading tool, not a
-dependency of varpack):
+are not part of the CUDA toolkit here; requirements.txt installs them from PyPI into .venv
+(nvidia-cuda-nvdisasm, nvidia-cuda-cuobjdump: .venv/lib/python3.11/site-packages/nvidia/cu13/bin):
 
     nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -O3 \\
          -Iinclude -Isrc -DVARPACK_SM90A=1 -lineinfo -cubin -o k.cubin \\
          src/attn/cuda/backward_bf16_d128.cu
     nvdisasm -g -c k.cubin > k.sass
-    scripts/sass_loop.py k.sass HopperAtomicBackwardConfigILi128EEELb0ELb1
+    scripts/sass_loop.py k.sass AtomicBackwardD128EEELb0ELb1
 """
 import argparse
 import collections

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ tests (release build, then an address+undefined sanitizer build), the
-# CUDA compile check for sm_80 and sm_90 (the kernels and the tuning experiments) when nvcc is
-# present (the kernels cannot run here), and the Python tests. Run scripts/setup.sh first.
+# CUDA compile check for sm_80 and sm_90 (the kernels and the tuning experiments) and the
+# library's SASS against its digest when nvcc is present (the kernels cannot run here), and the
+# Python tests. Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -26,6 +27,9 @@ if command -v nvcc >/dev/null 2>&1; then
         -DVARPACK_TESTS=OFF -DVARPACK_BENCH=OFF -DVARPACK_WERROR=ON -DVARPACK_CUDA_EXPERIMENTS=ON \
         -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
   cmake --build build-cuda
+  echo "== CUDA kernels: the library's SASS against tests/cuda/sass_digest.txt"
+  # A change that means to alter a kernel rewrites the digest (scripts/cuda_sass.py write).
+  .venv/bin/python scripts/cuda_sass.py check build-cuda/src/attn/cuda/libvarpack_cuda.a
 else
   echo "== nvcc not found: skipping the CUDA compile check"
 fi

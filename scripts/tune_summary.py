@@ -1,4 +1,4 @@
-"""The tile_shapes rounds of a bench.log (scripts/gpu_run.sh tune) as one table a head dim: each
+"""The tile_shapes rounds of a bench.log (scripts/gpu_tune.sh) as one table a head dim: each
 variant's TFLOP/s at each point, round by round, as its ratio to the first variant of its kind
 printed there (direction and softcap, as tile_shapes checks them: with TUNE_ONLY's usual order,
 the library's), with a mark where max|diff| passes --diff (a wrong row, not a reordered sum).
@@ -97,7 +97,7 @@ def summarize(lines, diff_bound=1e-2):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("log", help="bench.log of scripts/gpu_run.sh tune")
+    parser.add_argument("log", help="bench.log of scripts/gpu_tune.sh")
     parser.add_argument("--diff", type=float, default=1e-2,
                         help="mark max|diff| above this (default 1e-2)")
     args = parser.parse_args()

@@ -47,7 +47,7 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("trace_step.py: no CUDA device; it times varpack's GPU kernels (run it on the GPU "
-                 "machine, e.g. through scripts/gpu_run.sh bench)")
+                 "machine, e.g. through scripts/gpu_bench.sh)")
 
     total = args.rows * args.len
     cu = torch.arange(0, total + 1, args.len, dtype=torch.int32, device="cuda")

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "attn/cuda/forward_launch.h"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 #include "varpack/attention_cuda.h"
@@ -68,13 +69,18 @@ void check_attention_params_cuda(const AttentionParams& p) {
 
 size_t attention_forward_workspace_bytes_cuda(const AttentionParams&) { return 16; }
 
-void attention_forward_cuda(const AttentionParams& p, void* workspace, cudaStream_t stream) {
+void cuda::attention_forward_cuda(const AttentionParams& p, void* workspace, cudaStream_t stream,
+                                  const ForwardLaunch& launch) {
   check_attention_params_cuda(p);
   check_tensor("out", p.out, p.out_row_stride, p.out_head_stride);
   require(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "workspace must be 16-byte aligned");
   dispatch(p, [&](auto t, auto d) {
-    cuda::run_forward<decltype(t), decltype(d)::value>(p, workspace, stream);
+    cuda::run_forward<decltype(t), decltype(d)::value>(p, workspace, stream, launch);
   });
+}
+
+void attention_forward_cuda(const AttentionParams& p, void* workspace, cudaStream_t stream) {
+  cuda::attention_forward_cuda(p, workspace, stream, cuda::ForwardLaunch{});
 }
 
 void attention_forward_cuda(const AttentionParams& p, cudaStream_t stream) {

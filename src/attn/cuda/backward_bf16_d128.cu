@@ -1,7 +1,7 @@
 // Backward kernel instance: bf16, head dim 128; the Hopper kernel (both modes) where it serves the
 // device.
 #include "attn/cuda/backward_kernels.cuh"
-#include "attn/cuda/hopper_backward.cuh"
+#include "attn/cuda/hopper_backward_launch.cuh"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 

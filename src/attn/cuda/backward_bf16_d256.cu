@@ -1,7 +1,7 @@
 // Backward kernel instance: bf16, head dim 256; the Hopper two-pass backward (dK/dV split by
 // columns) where it serves the device, else the sm_80 kernels in both modes.
 #include "attn/cuda/backward_kernels.cuh"
-#include "attn/cuda/hopper_backward.cuh"
+#include "attn/cuda/hopper_backward_launch.cuh"
 #include "attn/cuda/hopper_path.h"
 #include "attn/cuda/instances.h"
 

@@ -83,11 +83,9 @@ struct DqTile {
   static constexpr int kSmemBytes = 2 * kQBlockBytes + 4 * kKeyStepBytes;  // Q, dO, K x2, V x2
 };
 
-// The shapes each head dim is compiled with. Measured on the H200 (bf16, d128, causal, 16 heads;
-// experiments/tile_shapes.cu, 2026-11-30), whole backward at 16 x 4k: dK/dV with 4 warps and
-// query steps of 32 at 191 TFLOP/s (8 warps: 175, steps of 16: 155, of 64: 172, spilling);
-// dQ with key steps of 16 at 194 (32: 191, 64: 189, 8 warps: 186); the same order at 1k and 16k.
-// d64 and d96 take the same shapes.
+// The shapes each head dim is compiled with: dK/dV with 4 warps and query steps of 32, dQ with key
+// steps of 16, the fastest at every length (decisions.md: mma-backward-shapes). d64 and d96 take
+// the same shapes.
 template <int D>
 struct DkdvConfig : DkdvTile<D, 4, 32> {};
 template <int D>

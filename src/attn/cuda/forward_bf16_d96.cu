@@ -9,9 +9,10 @@ namespace varpack::cuda {
 
 template <>
 void run_forward<__nv_bfloat16, 96>(const AttentionParams& params, void* workspace,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, const ForwardLaunch& launch) {
   if (use_hopper_kernels())
-    launch_hopper_forward<__nv_bfloat16, 96>(params, stream, static_cast<int*>(workspace));
+    launch_hopper_forward<__nv_bfloat16, 96>(params, stream, static_cast<int*>(workspace),
+                                             launch);
   else
     launch_forward<__nv_bfloat16, 96>(params, stream);
 }

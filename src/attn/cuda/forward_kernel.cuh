@@ -43,11 +43,9 @@ struct ForwardTile {
   static_assert(!QInRegisters || RowTiles == 1, "Q fragments in registers serve one row tile");
 };
 
-// The shape each head dim is compiled with. Measured on the H200 (bf16, d128, causal, 16 heads;
-// experiments/tile_shapes.cu, 2026-11-30): 4 warps x 2 row tiles x 32 keys ran 16 x 4k at 294
-// TFLOP/s against 227 for 4 warps x 1 row tile x 64 keys (286 for 8 x 1 x 64, 133 for 4 x 1 x 128,
-// which spills); 1k and 16k sequences ranked the same way within 2%. d64 and d96 take the same
-// shape (d96: 96 fp32 outputs per thread where d128 has 128).
+// The shape each head dim is compiled with: 4 warps x 2 row tiles x 32 keys, the fastest at every
+// length (decisions.md: mma-forward-shape). d64 and d96 take the same shape (d96: 96 fp32 outputs
+// per thread where d128 has 128).
 template <int D>
 struct ForwardConfig : ForwardTile<D, 4, 2, 32> {};
 // d256: two row tiles would hold 256 fp32 outputs per thread; one holds 128, and Q's fragments
@@ -62,12 +60,9 @@ struct ForwardConfig<256> : ForwardTile<256, 8, 1, 32, false> {};
 // exp2 needs a subtraction anyway; it needs scale > 0, checked on the host); with softcap, the
 // score softcap * tanh(scale * q.k / softcap) is taken as r = tanh(scale * q.k / softcap) and
 // c = softcap * log2(e), so that softcap's multiply rides in the same FFMA (tanh is increasing and
-// softcap > 0, so the row maxima are the same keys'; measured on the H200, tile_shapes against the
-// previous form, two rounds, 2026-12-03 13:00 UTC: d128 forward with softcap +4-6% from 4k, even
-// at 64 x 1k, its backward +0.3-1%). scale / softcap, both kernel parameters, is hoisted out of
-// the tile loops; (s * scale) / softcap would divide every score (a division is some ten
-// instructions: the Hopper forward with softcap ran at 219 TFLOP/s against 569 without, 16 x 4k,
-// 2026-12-01 11:20 UTC; with this, 467 at 11:25 UTC).
+// softcap > 0, so the row maxima are the same keys'). scale / softcap, both kernel parameters, is
+// hoisted out of the tile loops: (s * scale) / softcap would divide every score, some ten
+// instructions each (decisions.md: softcap-fold).
 template <bool kSoftcap>
 __device__ __forceinline__ float raw_score(float s, float scale, float softcap) {
   if constexpr (kSoftcap) return fast_tanh(s * (scale / softcap));

@@ -22,6 +22,7 @@
 #include "attn/cuda/backward_kernels.cuh"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/kv_rings.cuh"
+#include "attn/cuda/smem_layout.cuh"
 #include "attn/cuda/tensor_map.h"
 #include "attn/cuda/tile_bounds.cuh"
 #include "attn/cuda/warp_rows_out.cuh"
@@ -53,14 +54,27 @@ struct HopperDqTile {
   using KvTile = GmmaTile<kBlockN, D>;
   static constexpr int kOutCols = OutCols;
   static constexpr int kScratchBytes = 16 * (2 * OutCols + 16);  // WarpRowsOut's, per consumer warp
-  // Q, dO, the K stages, the V stages (from a 1024-byte boundary), the output scratch, mbarriers.
-  static constexpr int kDoOffset = QTile::kBytes;
-  static constexpr int kKOffset = 2 * QTile::kBytes;
-  static constexpr int kVOffset = kKOffset + Stages * KvTile::kBytes;
-  static constexpr int kOutOffset = kVOffset + Stages * KvTile::kBytes;
-  static constexpr int kBarrierOffset = kOutOffset + 4 * kConsumers * kScratchBytes;
-  static constexpr int kBarriers = 1 + 4 * Stages;  // Q and dO full; per stage K and V full/empty
-  static constexpr int kSmemBytes = 1024 + kBarrierOffset + kBarriers * 8;
+  using Rings = KvRings<KvTile, Stages>;
+  // Offsets from the 1024-byte-aligned base: Q, dO, the K stages, the V stages, the output
+  // scratch, then the mbarriers (Q and dO full; the K/V rings').
+  struct Layout {
+    int q, dout, k, v, out, qdo_full, rings, bytes;
+  };
+  static constexpr Layout layout() {
+    SmemPlacer s;
+    Layout l{};
+    l.q = s.place(QTile::kBytes);
+    l.dout = s.place(QTile::kBytes);
+    l.k = s.place(Stages * KvTile::kBytes);
+    l.v = s.place(Stages * KvTile::kBytes);
+    l.out = s.place(4 * kConsumers * kScratchBytes);
+    l.qdo_full = s.place(8, 8);
+    l.rings = s.place(8 * Rings::kBarriers, 8);
+    l.bytes = smem_launch_bytes(s.end);
+    return l;
+  }
+  static constexpr Layout kSmem = layout();
+  static constexpr int kSmemBytes = kSmem.bytes;
   static_assert(kSmemBytes <= 227 * 1024, "the shared memory of one Hopper multiprocessor");
 };
 
@@ -73,7 +87,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kDataD = Cfg::kDataD;
   constexpr int kBM = Cfg::kBlockM;
   constexpr int kBN = Cfg::kBlockN;
-  constexpr int kStages = Cfg::kStages;
   constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
   using QTile = typename Cfg::QTile;
   using KvTile = typename Cfg::KvTile;
@@ -90,13 +103,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int num_tiles = tile.walk.count;
 
   const uint32_t sQ = (smem_addr(smem_raw) + 1023) & ~1023u;
-  const uint32_t sdO = sQ + Cfg::kDoOffset;
-  const uint32_t sK = sQ + Cfg::kKOffset;
-  const uint32_t sV = sQ + Cfg::kVOffset;
-  const uint32_t bars = sQ + Cfg::kBarrierOffset;
+  constexpr auto kSmem = Cfg::kSmem;
+  const uint32_t sdO = sQ + kSmem.dout;
+  const uint32_t sK = sQ + kSmem.k;
+  const uint32_t sV = sQ + kSmem.v;
   // Q and dO's: the producer's 128 threads arrive once their copies have landed.
-  const uint32_t qdo_full = bars;
-  const KvRings<KvTile, kStages> ring{sK, sV, bars + 8};  // tile t in stage t % kStages
+  const uint32_t qdo_full = sQ + kSmem.qdo_full;
+  const typename Cfg::Rings ring{sK, sV, sQ + kSmem.rings};  // tile t in stage t % Cfg::kStages
   if (threadIdx.x == 0) {
     mbarrier_init(qdo_full, 128);
     ring.init(kConsumerWarps);
@@ -222,7 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using RowsOut = WarpRowsOut<T, kDataD, Cfg::kOutCols>;
   static_assert(RowsOut::kScratchBytes == Cfg::kScratchBytes, "one scratch per consumer warp");
   const float scale[2] = {p.softmax_scale, p.softmax_scale};
-  RowsOut::store(dq, scale, sQ + Cfg::kOutOffset + warp * Cfg::kScratchBytes,
+  RowsOut::store(dq, scale, sQ + kSmem.out + warp * Cfg::kScratchBytes,
                  static_cast<T*>(p.dq) + (seq.q_begin + m0 + warp_row) * p.dq_row_stride +
                      h * p.dq_head_stride,
                  p.dq_row_stride, seq.q_len - m0 - warp_row, lane);

@@ -1,4 +1,4 @@
-// use_hopper_kernels(): one device query per device, cached (the check runs on every call).
+// The device queries of hopper_path.h: one per device, cached (they run on every call).
 #include "attn/cuda/hopper_path.h"
 
 #include <cuda_runtime.h>
@@ -7,6 +7,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "varpack/error.h"
 
 namespace varpack::cuda {
 namespace {
@@ -19,7 +22,40 @@ bool hopper_device(int device) {
   return major == 9 && minor == 0;
 }
 
+// A per-device answer, asked once: 0 = not asked yet.
+int cached(std::array<std::atomic<int>, 64>& known, int device, int (*ask)(int)) {
+  if (device < 0 || device >= static_cast<int>(known.size())) return ask(device);
+  int value = known[device].load(std::memory_order_relaxed);
+  if (value == 0) {
+    value = ask(device);
+    known[device].store(value, std::memory_order_relaxed);
+  }
+  return value;
+}
+
+int current_device() {
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess)
+    throw Error(std::string("varpack CUDA attention: no current device: ") +
+                cudaGetErrorString(err));
+  return device;
+}
+
 }  // namespace
+
+int multiprocessor_count() {
+  static std::array<std::atomic<int>, 64> known{};
+  return cached(known, current_device(), [](int device) {
+    int sms = 0;
+    const cudaError_t err =
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess || sms <= 0)
+      throw Error(std::string("varpack CUDA attention: cannot query the multiprocessor count: ") +
+                  cudaGetErrorString(err));
+    return sms;
+  });
+}
 
 bool use_hopper_kernels() {
 #if defined(VARPACK_SM90A)
@@ -28,17 +64,10 @@ bool use_hopper_kernels() {
     return choice != nullptr && std::strcmp(choice, "mma") == 0;
   }();
   if (forced_mma) return false;
-  // 0: not asked yet, 1: no, 2: yes.
-  static std::array<std::atomic<int>, 64> known{};
+  static std::array<std::atomic<int>, 64> known{};  // 1: no, 2: yes
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (device < 0 || device >= static_cast<int>(known.size())) return hopper_device(device);
-  int state = known[device].load(std::memory_order_relaxed);
-  if (state == 0) {
-    state = hopper_device(device) ? 2 : 1;
-    known[device].store(state, std::memory_order_relaxed);
-  }
-  return state == 2;
+  return cached(known, device, [](int d) { return hopper_device(d) ? 2 : 1; }) == 2;
 #else
   return false;
 #endif

@@ -9,13 +9,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attn/cuda/forward_launch.h"
 #include "varpack/attention.h"
 
 namespace varpack::cuda {
 
 // workspace: null, or attention_forward_workspace_bytes_cuda bytes of device memory.
 template <class T, int D>
-void run_forward(const AttentionParams& params, void* workspace, cudaStream_t stream);
+void run_forward(const AttentionParams& params, void* workspace, cudaStream_t stream,
+                 const ForwardLaunch& launch);
 
 template <class T, int D>
 void run_backward(const AttentionBackwardParams& params, void* workspace, cudaStream_t stream);
@@ -45,11 +47,12 @@ enum DqRowsState : uint32_t {
   kDqRowsStored = 2,     // in memory: later blocks add to them
 };
 
-#define VARPACK_DECLARE_INSTANCE(T, D)                                                        \
-  template <>                                                                                \
-  void run_forward<T, D>(const AttentionParams& params, void* workspace, cudaStream_t stream); \
-  template <>                                                                                \
-  void run_backward<T, D>(const AttentionBackwardParams& params, void* workspace,            \
+#define VARPACK_DECLARE_INSTANCE(T, D)                                                      \
+  template <>                                                                              \
+  void run_forward<T, D>(const AttentionParams& params, void* workspace, cudaStream_t stream, \
+                         const ForwardLaunch& launch);                                      \
+  template <>                                                                              \
+  void run_backward<T, D>(const AttentionBackwardParams& params, void* workspace,          \
                           cudaStream_t stream);
 VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 64)
 VARPACK_DECLARE_INSTANCE(__nv_bfloat16, 96)

@@ -130,16 +130,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// For the kernels' clock64 timelines (experiments/*_timeline.cu): adds `value` to `event` in the
-// calling multiprocessor's row of a table of sums.
-template <int Events>
-__device__ __forceinline__ void add_to_multiprocessor_row(unsigned long long (&table)[256][Events],
-                                                          int event, unsigned long long value) {
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  atomicAdd(&table[smid % 256][event], value);
-}
-
 // Hardware tanh (sm_75+), max relative error about 2^-11: below the bf16/fp16 rounding of the
 // inputs, and a handful of instructions instead of tanhf's long accurate path.
 __device__ __forceinline__ float fast_tanh(float x) {

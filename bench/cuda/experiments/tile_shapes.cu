@@ -1,10 +1,10 @@
-// Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_run.sh):
+// Tuning experiment (built only with -DVARPACK_CUDA_EXPERIMENTS=ON, run by scripts/gpu_tune.sh):
 // times tile shapes of the Hopper (wgmma) forward and the library's atomic-dQ backward against the
 // mma.sync library shapes on the benchmark's shapes (bf16, 16 heads, head dims 128, 64, 256 and 96,
 // causal; some variants with softcap 30: the backward's timed on the uncapped forward's output and
 // lse, its gradients checked by the standalone test), and checks each against the first of its
-// kind at its head dim (max |difference|), so that a shape change in HopperForwardConfig /
-// HopperBackwardConfig rests on a measurement.
+// kind at its head dim (max |difference|), so that a shape change in hopper_forward_configs.cuh /
+// hopper_backward_configs.cuh rests on a measurement.
 // Run: ./tile_shapes [repeats [head dim...]]; TUNE_ONLY=text keeps the variants whose name holds
 // it, or any of its '|'-separated parts (e.g. "bwd", "(lib|lazy"); TUNE_SKIP=text drops those
 // whose name holds one of its parts (after TUNE_ONLY); TUNE_POINTS=16x4k,4x16k keeps
@@ -14,9 +14,9 @@
 // Each variant first runs once at each point with a deadline: one that has not finished in 20 s
 // (a barrier protocol's bug: untested experiments run here first) is named on a line "HANG:
 // <name> at <point>" and the program exits with status 3 at once, so that the round's time limit
-// does not pass in silence (scripts/gpu_run.sh then runs the round again without it).
+// does not pass in silence (scripts/gpu_tune.sh then runs the round again without it).
 // TUNE_CHECK_ONLY=1 runs each variant once and checks it, no timing, and TUNE_DEADLINE_S=120
-// gives that first run 120 s (both for compute-sanitizer: gpu_run.sh's tunesan).
+// gives that first run 120 s (both for compute-sanitizer: gpu_tune.sh sanitize).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "attn/cuda/backward_kernels.cuh"
-#include "attn/cuda/bench_problem.h"
-#include "attn/cuda/check_cuda.h"
-#include "attn/cuda/experiments/energy_meter.h"
-#include "attn/cuda/experiments/tile_variants.h"
+#include "bench_problem.h"
+#include "check_cuda.h"
+#include "energy_meter.h"
+#include "tile_variants.h"
 #include "attn/cuda/forward_kernel.cuh"
 
 namespace {
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
                             {"pad50%", bench::padded_rows(16, 4096, 0.50, 7)},
                             {"pad75%", bench::padded_rows(16, 4096, 0.75, 7)},
                             {"pad90%", bench::padded_rows(16, 4096, 0.90, 7)},
-                            // Few rows, for compute-sanitizer (scripts/gpu_run.sh tunesan): partial
+                            // Few rows, for compute-sanitizer (scripts/gpu_tune.sh sanitize): partial
                             // tiles, a tile-sized sequence, one of a single row; and with 4 q
                             // heads to a kv head.
                             {"small", {300, 17, 129, 64, 1, 200, 65}},

@@ -1,4 +1,4 @@
-// Experiment (`scripts/gpu_run.sh rates` runs it): the clocks a warp instruction of the softmax's
+// Experiment (`scripts/gpu_tune.sh rates` runs it): the clocks a warp instruction of the softmax's
 // special functions takes on one multiprocessor sub-partition (SMSP), in throughput (many
 // independent chains) and in latency (one chain), measured by clock64() inside the kernel, so no
 // clock-rate conversion enters. Why: softcap's forward runs at ~81% of the uncapped one, and
@@ -13,7 +13,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "attn/cuda/check_cuda.h"
+#include "attn/cuda/hopper_path.h"
+#include "check_cuda.h"
 
 namespace {
 
@@ -113,7 +114,7 @@ void report(int sms, long long* clocks, uint32_t* sink) {
 }  // namespace
 
 int main() {
-  const int sms = multiprocessor_count();
+  const int sms = varpack::cuda::multiprocessor_count();
   long long* clocks = nullptr;
   uint32_t* sink = nullptr;
   CHECK_CUDA(cudaMalloc(&clocks, sizeof(long long) * sms * 32));

@@ -1,11 +1,14 @@
 // Standalone GPU test of the CUDA attention (no torch): random varlen batches through
 // attention_forward_cuda / attention_backward_cuda, compared with the double-precision reference
 // (attention_forward_reference / attention_backward_reference) on the same 16-bit-rounded inputs;
-// each case runs both backward modes (deterministic, and atomic dQ). First, fill_past_end_cuda
-// (counted as one more case).
-// Outputs are poisoned (NaN bytes) before each run: every valid row must be written, every row past
-// cu_seqlens[-1] left alone. Run: ./test_attention_cuda [seed [max_cases [first_case]]] (a few
-// cases for compute-sanitizer: max_cases from first_case on); exit status 0 = all cases passed.
+// each case runs the forward under each launch of --forward (on Hopper: several heads per block in
+// both launch orders, a block per work, the persistent kernel on two blocks, then the library's
+// own choices; the batches are too small for the library's rules to pick the others), then both
+// backward modes (deterministic, and atomic dQ). First, fill_past_end_cuda (counted as one more
+// case). Outputs are poisoned (NaN bytes) before each run: every valid row must be written, every
+// row past cu_seqlens[-1] left alone.
+// Run: ./test_attention_cuda [--forward=NAME,...] [seed [max_cases [first_case]]] (a few cases
+// for compute-sanitizer: max_cases from first_case on); exit status 0 = all cases passed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,9 +26,27 @@
 #include "varpack/attention.h"
 #include "varpack/attention_cuda.h"
 #include "varpack/error.h"
+#include "attn/cuda/forward_launch.h"
 #include "check_cuda.h"
 
 namespace {
+
+using varpack::cuda::ForwardLaunch;
+using varpack::cuda::ForwardOrder;
+
+// The forward's launches the test runs, by name; "library" last, so that the backward runs on its
+// output.
+struct NamedLaunch {
+  const char* name;
+  ForwardLaunch launch;
+};
+const NamedLaunch kForwardLaunches[] = {
+    {"4heads-chunks", {4, ForwardOrder::kByChunks}},
+    {"4heads-sequence", {4, ForwardOrder::kBySequence}},
+    {"block-per-work", {0, ForwardOrder::kAuto, false}},
+    {"two-blocks", {0, ForwardOrder::kAuto, true, 2}},
+    {"library", {}},
+};
 
 struct Case {
   varpack::DType dtype;
@@ -99,7 +120,8 @@ Compare compare(const std::vector<uint16_t>& got, const std::vector<double>& ref
   return c;
 }
 
-bool run_case(const Case& cs, std::mt19937& rng, int index) {
+bool run_case(const Case& cs, const std::vector<NamedLaunch>& launches, std::mt19937& rng,
+              int index) {
   const auto cu_q = cumulative(cs.q_lens), cu_k = cumulative(cs.k_lens);
   const int64_t batch = static_cast<int64_t>(cs.q_lens.size());
   const int64_t valid_q = cu_q.back(), valid_k = cu_k.back();
@@ -164,33 +186,53 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
   g.cu_seqlens_k = static_cast<const int32_t*>(cuk.ptr);
   g.dout = dout.ptr; g.dq = dq.ptr; g.dk = dk.ptr; g.dv = dv.ptr;
   if (cs.gpu_max_seqlen >= 0) g.max_seqlen_q = g.max_seqlen_k = cs.gpu_max_seqlen;
-  // The forward's workspace poisoned: its launcher must zero the work counter itself.
-  Device forward_workspace(varpack::attention_forward_workspace_bytes_cuda(g));
-  CHECK_CUDA(cudaMemset(forward_workspace.ptr, 0xFF, forward_workspace.bytes));
-  varpack::attention_forward_cuda(g, forward_workspace.ptr, nullptr);
-  CHECK_CUDA(cudaDeviceSynchronize());
-
   auto fetch = [](const Device& b) {
     std::vector<uint16_t> h(b.bytes / 2);
     CHECK_CUDA(cudaMemcpy(h.data(), b.ptr, b.bytes, cudaMemcpyDeviceToHost));
     return h;
   };
-  std::vector<float> lse_got(ref_lse.size());
-  CHECK_CUDA(cudaMemcpy(lse_got.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost));
-  double lse_err = 0;
-  for (int h = 0; h < cs.heads; ++h)
-    for (int64_t i = 0; i < valid_q; ++i) {
-      const float a = lse_got[h * total_q + i], b = ref_lse[h * total_q + i];
-      if (std::isinf(b)) lse_err = std::max(lse_err, a == b ? 0.0 : INFINITY);
-      else lse_err = std::max(lse_err, std::abs(static_cast<double>(a) - b) / (1 + std::abs(b)));
-    }
-
   const double tol = cs.dtype == varpack::DType::bf16 ? 2e-2 : 4e-3;
-  const Compare c_out = compare(fetch(out), ref_out, wq, valid_q, cs.dtype);
-  // Both backward modes on the same forward results: the 2-pass deterministic one and the atomic-dQ
-  // one, each with its own workspace size and freshly poisoned gradients and workspace (NaN: a
-  // kernel that relies on a cleared workspace, or skips clearing rows no key block reaches, fails).
+  char shape[160];
+  std::snprintf(shape, sizeof shape,
+                "%s d%d h%d/%d causal %d window (%lld,%lld) softcap %.0f batch %lld rows %lld/%lld",
+                cs.dtype == varpack::DType::bf16 ? "bf16" : "f16", cs.head_dim, cs.heads,
+                cs.kv_heads, cs.causal, static_cast<long long>(cs.window_left),
+                static_cast<long long>(cs.window_right), cs.softcap,
+                static_cast<long long>(batch), static_cast<long long>(valid_q),
+                static_cast<long long>(valid_k));
+  // The forward under each launch, out and lse poisoned before each, its workspace too: the
+  // launcher must zero the work counter itself.
   bool all_ok = true;
+  Compare c_out;
+  double lse_err = 0;
+  for (const NamedLaunch& named : launches) {
+    CHECK_CUDA(cudaMemset(out.ptr, 0xFF, out.bytes));
+    CHECK_CUDA(cudaMemset(lse.ptr, 0xFF, lse.bytes));
+    Device forward_workspace(varpack::attention_forward_workspace_bytes_cuda(g));
+    CHECK_CUDA(cudaMemset(forward_workspace.ptr, 0xFF, forward_workspace.bytes));
+    varpack::cuda::attention_forward_cuda(g, forward_workspace.ptr, nullptr, named.launch);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<float> lse_got(ref_lse.size());
+    CHECK_CUDA(cudaMemcpy(lse_got.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost));
+    lse_err = 0;
+    for (int h = 0; h < cs.heads; ++h)
+      for (int64_t i = 0; i < valid_q; ++i) {
+        const float a = lse_got[h * total_q + i], b = ref_lse[h * total_q + i];
+        if (std::isinf(b)) lse_err = std::max(lse_err, a == b ? 0.0 : INFINITY);
+        else lse_err = std::max(lse_err, std::abs(static_cast<double>(a) - b) / (1 + std::abs(b)));
+      }
+    c_out = compare(fetch(out), ref_out, wq, valid_q, cs.dtype);
+    const bool ok = lse_err < 1e-3 && c_out.finite && c_out.tail_intact && c_out.rel < tol;
+    std::printf("%s case %d forward %s: %s: out rel %.2e max %.2e%s%s lse %.1e\n",
+                ok ? "ok  " : "FAIL", index, named.name, shape, c_out.rel, c_out.max_abs,
+                c_out.finite ? "" : " NON-FINITE", c_out.tail_intact ? "" : " TAIL-WRITTEN",
+                lse_err);
+    all_ok &= ok;
+  }
+  // Both backward modes on the last forward's results: the 2-pass deterministic one and the
+  // atomic-dQ one, each with its own workspace size and freshly poisoned gradients and workspace
+  // (NaN: a kernel that relies on a cleared workspace, or skips clearing rows no key block
+  // reaches, fails).
   for (const bool deterministic : {true, false}) {
     g.deterministic = deterministic;
     for (Device* b : {&dq, &dk, &dv}) CHECK_CUDA(cudaMemset(b->ptr, 0xFF, b->bytes));
@@ -211,14 +253,8 @@ bool run_case(const Case& cs, std::mt19937& rng, int index) {
                     c.finite ? "" : " NON-FINITE", c.tail_intact ? "" : " TAIL-WRITTEN");
       what += buf;
     }
-    std::printf("%s case %d %s: %s d%d h%d/%d causal %d window (%lld,%lld) softcap %.0f batch %lld "
-                "rows %lld/%lld: lse %.1e%s\n",
-                ok ? "ok  " : "FAIL", index, deterministic ? "determ" : "atomic",
-                cs.dtype == varpack::DType::bf16 ? "bf16" : "f16", cs.head_dim, cs.heads,
-                cs.kv_heads, cs.causal, static_cast<long long>(cs.window_left),
-                static_cast<long long>(cs.window_right), cs.softcap,
-                static_cast<long long>(batch), static_cast<long long>(valid_q),
-                static_cast<long long>(valid_k), lse_err, what.c_str());
+    std::printf("%s case %d %s: %s: lse %.1e%s\n", ok ? "ok  " : "FAIL", index,
+                deterministic ? "determ" : "atomic", shape, lse_err, what.c_str());
     all_ok &= ok;
   }
   return all_ok;
@@ -272,16 +308,52 @@ bool run_past_end_fill_test() {
   return ok;
 }
 
+// The launches named by --forward=a,b,... (all without it); exits with status 2 on an unknown name.
+std::vector<NamedLaunch> forward_launches(const char* list) {
+  std::vector<NamedLaunch> chosen;
+  if (list == nullptr) return {std::begin(kForwardLaunches), std::end(kForwardLaunches)};
+  std::string rest(list);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string name = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const auto* found = std::find_if(std::begin(kForwardLaunches), std::end(kForwardLaunches),
+                                     [&](const NamedLaunch& n) { return name == n.name; });
+    if (found == std::end(kForwardLaunches)) {
+      std::fprintf(stderr, "test_attention_cuda: unknown forward launch '%s'; known:", name.c_str());
+      for (const NamedLaunch& n : kForwardLaunches) std::fprintf(stderr, " %s", n.name);
+      std::fprintf(stderr, "\n");
+      std::exit(2);
+    }
+    chosen.push_back(*found);
+  }
+  return chosen;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* forward_list = nullptr;
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf("usage: test_attention_cuda [--forward=NAME,...] [seed [max_cases [first_case]]]\n"
+                "forward launches (default all, in this order):");
+    for (const NamedLaunch& n : kForwardLaunches) std::printf(" %s", n.name);
+    std::printf("\n");
+    return 0;
+  }
+  if (argc > 1 && std::strncmp(argv[1], "--forward=", 10) == 0) {
+    forward_list = argv[1] + 10;
+    --argc;
+    ++argv;
+  }
+  const std::vector<NamedLaunch> launches = forward_launches(forward_list);
   const unsigned seed = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 1234u;
   std::mt19937 rng(seed);
   using varpack::DType;
   // Lengths cover 0, 1, tile edges (63, 64, 65, 127, 128, 129) and q/k lengths that differ.
   const std::vector<int32_t> edges{0, 1, 63, 64, 65, 127, 128, 129, 17, 200};
   std::vector<Case> cases;
-  // First, as the sanitizer steps of scripts/gpu_run.sh run the first cases only: sequences of
+  // First, as the sanitizer steps of scripts/gpu_test.sh run the first cases only: sequences of
   // many 128-key tiles, so that the Hopper forward's stage ring wraps around several times.
   const std::vector<int32_t> long_edges{700, 3, 0, 517, 129, 256};
   cases.push_back({DType::bf16, 128, 2, 1, true, -1, -1, 0.f, long_edges, long_edges});
@@ -327,7 +399,7 @@ int main(int argc, char** argv) {
     cases.push_back({DType::bf16, d, 4, 2, true, -1, -1, 2.f, kl, kl});         // softcap
     cases.push_back({DType::f16, d, 2, 1, false, -1, -1, 3.f, {1000, 65, 0, 385}, {1000, 65, 0, 385}});
   }
-  // Cases 42 and 43 (scripts/gpu_run.sh sanitizes 42-46): head dim 64 with a sequence past
+  // Cases 42 and 43 (scripts/gpu_test.sh sanitizes 42-46): head dim 64 with a sequence past
   // 4096 queries, where the Hopper forward takes three consumers (192-query tiles, hence lengths at
   // 192's edges): causal; then GQA with a window and softcap (the window keeps the reference quick).
   const std::vector<int32_t> past_4096{4200, 3, 0, 191, 192, 193, 1};
@@ -343,7 +415,7 @@ int main(int argc, char** argv) {
   const size_t end = std::min(cases.size(), first + count);
   int failures = run_past_end_fill_test() ? 0 : 1;
   for (size_t i = first; i < end; ++i)
-    failures += run_case(cases[i], rng, static_cast<int>(i)) ? 0 : 1;
+    failures += run_case(cases[i], launches, rng, static_cast<int>(i)) ? 0 : 1;
   std::printf("%s: %d of %zu cases failed (seed %u)\n", failures ? "FAILED" : "PASSED", failures,
               end - first + 1, seed);
   return failures ? 1 : 0;

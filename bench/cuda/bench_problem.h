@@ -1,5 +1,5 @@
-// What the standalone timing programs (bench_attention_cuda, experiments/tile_shapes, the
-// timelines) share: a median of CUDA-event timings, a deadline for queued work (experiments'
+// What the standalone timing programs (bench_attention_cuda, experiments/tile_shapes)
+// share: a median of CUDA-event timings, a deadline for queued work (experiments'
 // barrier bugs hang), and one bf16 problem on the device (q, k, v, dout random normal, never
 // zeros, which run faster than real data on tensor cores) with causal params over any lengths.
 #pragma once
@@ -69,7 +69,7 @@ inline float median_ms(const std::function<void()>& f, int repeats) {
 
 // Waits for the work queued so far (an event polled every millisecond) up to `seconds`; if it has
 // not finished by then (an experiment's barrier bug hangs), prints "HANG: <name> at <point> (not
-// finished after N s)", the line scripts/gpu_run.sh reads, and exits with status 3 at once: the
+// finished after N s)", the line scripts/gpu_tune.sh reads, and exits with status 3 at once: the
 // stuck kernel holds the device, so there is no cleanup to wait for.
 inline void finish_or_exit(double seconds, const std::string& name, const std::string& point) {
   cudaEvent_t done;

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "attn/cuda/check_cuda.h"
+#include "check_cuda.h"
 #include "attn/cuda/wgmma.cuh"
 
 namespace {

@@ -1,4 +1,4 @@
-// Experiment (`scripts/gpu_run.sh rates` runs it): the floor that the d128 atomic backward's
+// Experiment (`scripts/gpu_tune.sh rates` runs it): the floor that the d128 atomic backward's
 // products alone put under its tile. Two compute warpgroups issue, per 64-query tile, the
 // library's five products in its order, commit groups and waits (hopper_backward.cuh, without
 // IssueAhead):
@@ -30,7 +30,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "attn/cuda/check_cuda.h"
+#include "attn/cuda/hopper_path.h"
+#include "check_cuda.h"
 #include "attn/cuda/kernel_common.cuh"
 #include "attn/cuda/wgmma.cuh"
 
@@ -250,7 +251,7 @@ void report(int sms, long long* clocks, float* sink) {
 }  // namespace
 
 int main() {
-  const int sms = multiprocessor_count();
+  const int sms = varpack::cuda::multiprocessor_count();
   long long* clocks = nullptr;
   float* sink = nullptr;
   CHECK_CUDA(cudaMalloc(&clocks, sizeof(long long) * sms * 2));
