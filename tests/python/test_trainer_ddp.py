@@ -1,0 +1,233 @@
+"""varpack's datasets under HF Trainer on 2 CPU processes over gloo, against one process:
+
+  - a tiny Llama trained by varpack.trainer.Trainer from a Parquet file through
+    BalancedPackedDataset (and through PackedFileDataset) has, step by step, the loss of one
+    process that runs every rank's rows of each step together (relative 1e-5);
+  - a run resumed from its mid-epoch checkpoint (weights, optimizer, scheduler, RNG and the
+    trainer state that places the data) reproduces the uninterrupted run's losses;
+  - over an epoch, BalancedPackedDataset, PackedFileDataset and PackedStream give every rank the
+    same number of steps and every sample's tokens exactly once across the ranks, with rank and
+    world size from torch.distributed;
+  - varpack.loss.data_parallel_loss under DDP gives one process's gradient.
+"""
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import varpack
+from varpack.sharding import distributed_defaults
+
+from multiprocess import run_ranks
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = pathlib.Path(os.environ.get("VARPACK_CLI", ROOT / "build" / "varpack"))
+CAPACITY = 64
+VOCAB = 96
+RELATIVE = 1e-5
+
+
+def write_parquet(path):
+    rng = np.random.default_rng(11)
+    lengths = np.clip(rng.lognormal(np.log(20), 0.8, size=60).astype(int), 2, CAPACITY)
+    ids = [rng.integers(1, VOCAB, size=n).astype(np.int32) for n in lengths]
+    pq.write_table(pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))}), path)
+
+
+def read_parquet_tokens(path, column="input_ids"):
+    """The Parquet file's token lists as varpack samples (int32 arrays, one per row), from
+    Arrow's values and offsets buffers. Stands in for varpack.read_tokens' Parquet reading."""
+    lists = pq.read_table(path, columns=[column]).column(column).combine_chunks()
+    values = lists.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    offsets = lists.offsets.to_numpy()
+    return [values[offsets[i]:offsets[i + 1]] for i in range(len(lists))]
+
+
+def write_packed(samples, path):
+    src = path.with_suffix(".jsonl")
+    src.write_text("".join(json.dumps({"input_ids": s.tolist()}) + "\n" for s in samples))
+    subprocess.run([str(CLI), "pack", str(src), "--capacity", str(CAPACITY), "--out", str(path), "--shuffle"],
+                   check=True, capture_output=True)
+
+
+def balanced(samples, rank=None, world=None):
+    return varpack.BalancedPackedDataset(samples, CAPACITY, rank=rank, world_size=world, rows_per_rank=2,
+                                         drop_last=False, seed=1)
+
+
+def packed_file(path, rank=None, world=None):
+    return varpack.PackedFileDataset(path, rank=rank, world_size=world, rows_per_rank=2, drop_last=False, seed=1)
+
+
+class AllRanks:
+    """One process's view of a 2-rank dataset: step s holds every rank's rows of step s."""
+
+    def __init__(self, ds):
+        self.ds = ds
+        self.ds._batch = self._batch
+
+    def _batch(self, step):
+        ds = self.ds
+        if isinstance(ds, varpack.BalancedPackedDataset):
+            return ds.format.build(varpack.select_rows(ds.plan, np.concatenate(ds.balance.step(step))), ds.samples)
+        return ds.format.emit(ds.rows_batch(ds.order[np.concatenate(ds.balance.step(step))]))
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    import varpack.hf
+
+    varpack.hf.register()
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=CAPACITY,
+                         pad_token_id=0, tie_word_embeddings=False)
+    config._attn_implementation = "varpack"
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+def train(ds, out, epochs=2, save_steps=None, resume=None):
+    """Per-step losses of varpack.trainer.Trainer on `ds` (resumed from checkpoint `resume`)."""
+    import transformers
+    import varpack.trainer
+
+    losses = {}
+
+    class Record(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                losses[state.global_step] = logs["loss"]
+
+    args = transformers.TrainingArguments(
+        output_dir=str(out), num_train_epochs=epochs, learning_rate=3e-3, warmup_steps=0, logging_steps=1,
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, report_to=[],
+        use_cpu=True, seed=0, ddp_backend="gloo", disable_tqdm=True, save_safetensors=True)
+    trainer = varpack.trainer.Trainer(model=tiny_llama(), args=args, train_dataset=ds, callbacks=[Record()])
+    trainer.train(resume_from_checkpoint=resume)
+    return losses
+
+
+def exactly_once(path, samples):
+    """Per dataset: this rank's steps' (sample, offset, length) pieces over one epoch."""
+    import varpack.trainer
+
+    datasets = {"balanced": balanced(samples), "file": packed_file(path),
+                "stream": varpack.PackedStream(samples, CAPACITY, rows_per_batch=2, buffer_size=16, seed=1,
+                                               return_segments=True)}
+    out = {}
+    for name, ds in datasets.items():
+        ds.format.return_segments = True
+        ds.set_epoch(1)
+        out[name] = [list(zip(b["segment_sample"].tolist(), b["segment_offset"].tolist(),
+                              b["cu_seq_lens_q"].diff().tolist())) for b in varpack.trainer.step_loader(ds)]
+    return out
+
+
+def gradient_of_data_parallel_loss(rank, world, samples):
+    from varpack.loss import data_parallel_loss, global_count
+
+    model = tiny_llama()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    batch = balanced(samples)[0]
+    count = global_count(batch)
+    logits = ddp(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    loss = data_parallel_loss(logits, batch["labels"], count)
+    loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def set_env(rank, world):
+    # What torchrun sets: accelerate reads it to find the process group run_ranks made.
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29511")
+
+
+def on_two_ranks(rank, world, tmp):
+    set_env(rank, world)
+    tmp = pathlib.Path(tmp)
+    samples = read_parquet_tokens(tmp / "data.parquet")
+    result = {"exactly_once": exactly_once(tmp / "packed.bin", samples),
+              "grads": gradient_of_data_parallel_loss(rank, world, samples)}
+    steps = len(balanced(samples))
+    result["steps_per_epoch"] = steps
+    result["balanced"] = train(balanced(samples), tmp / "run", save_steps=steps + 2)
+    result["resumed"] = train(balanced(samples), tmp / "run", resume=str(tmp / "run" / f"checkpoint-{steps + 2}"))
+    result["file"] = train(packed_file(tmp / "packed.bin"), tmp / "file")
+    return result
+
+
+def on_one_rank(rank, world, tmp):
+    set_env(rank, world)
+    tmp = pathlib.Path(tmp)
+    samples = read_parquet_tokens(tmp / "data.parquet")
+    return {"balanced": train(AllRanks(balanced(samples, 0, 2)).ds, tmp / "one"),
+            "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file")}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    if not CLI.exists():
+        pytest.skip(f"{CLI} not built (run scripts/setup.sh)")
+    tmp = tmp_path_factory.mktemp("trainer")
+    write_parquet(tmp / "data.parquet")
+    write_packed(read_parquet_tokens(tmp / "data.parquet"), tmp / "packed.bin")
+    two = run_ranks(on_two_ranks, 2, tmp_path_factory.mktemp("two"), str(tmp))
+    one = run_ranks(on_one_rank, 1, tmp_path_factory.mktemp("one"), str(tmp))[0]
+    return two, one, read_parquet_tokens(tmp / "data.parquet")
+
+
+def relative_gap(a, b):
+    assert a.keys() == b.keys() and a
+    return max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+
+
+@pytest.mark.parametrize("dataset", ["balanced", "file"])
+def test_two_ranks_train_as_one_process_on_all_rows(runs, dataset):
+    two, one, _ = runs
+    assert two[0][dataset] == two[1][dataset]  # every rank logs the mean over ranks
+    assert len(one[dataset]) >= 8
+    assert relative_gap(two[0][dataset], one[dataset]) < RELATIVE
+
+
+def test_resumed_run_reproduces_the_uninterrupted_losses(runs):
+    two, _, _ = runs
+    full, resumed = two[0]["balanced"], two[0]["resumed"]
+    k = two[0]["steps_per_epoch"] + 2
+    assert sorted(resumed) == [s for s in sorted(full) if s > k]
+    assert relative_gap(resumed, {s: full[s] for s in resumed}) < 1e-6
+
+
+@pytest.mark.parametrize("dataset", ["balanced", "file", "stream"])
+def test_every_row_once_across_ranks(runs, dataset):
+    two, _, samples = runs
+    per_rank = [r["exactly_once"][dataset] for r in two]
+    assert len(per_rank[0]) == len(per_rank[1]) > 0
+    pieces = [p for steps in per_rank for step in steps for p in step if p[0] >= 0]
+    assert len(pieces) == len(set(pieces))
+    tokens = {}
+    for sample, _, length in pieces:
+        tokens[sample] = tokens.get(sample, 0) + length
+    assert tokens == {i: len(s) for i, s in enumerate(samples)}
+
+
+def test_data_parallel_loss_gives_one_process_gradient(runs):
+    from varpack.loss import data_parallel_loss, global_count
+
+    two, _, samples = runs
+    model = tiny_llama()
+    step = AllRanks(balanced(samples, 0, 2)).ds[0]
+    logits = model(**{k: v for k, v in step.items() if k != "labels"}).logits
+    data_parallel_loss(logits, step["labels"], global_count(step)).backward()
+    for name, p in model.named_parameters():
+        for rank in two:
+            torch.testing.assert_close(rank["grads"][name], p.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_distributed_defaults_without_a_process_group():
+    assert distributed_defaults(None, None, "x") == (0, 1)
