@@ -13,6 +13,7 @@ import torch  # noqa: F401  libtorch must be loaded before the extension that li
 
 from . import _C  # noqa: F401  the C++ core; loading it registers the torch.ops.varpack operators
 from .attention import flash_attn_varlen_func
+from . import loss  # noqa: F401  varpack.loss.global_count and data_parallel_loss, for data-parallel loops
 from .auto import CostModel
 from .balance import Balance, balance_rows, row_costs, select_rows
 from .balanced_dataset import BalancedPackedDataset
