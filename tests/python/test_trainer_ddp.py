@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import subprocess
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -98,6 +99,7 @@ def train(ds, out, epochs=2, save_steps=None, resume=None):
     import varpack.trainer
 
     losses = {}
+    CpuTrainer = cpu_trainer()
 
     class Record(transformers.TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -107,14 +109,29 @@ def train(ds, out, epochs=2, save_steps=None, resume=None):
     args = transformers.TrainingArguments(
         output_dir=str(out), num_train_epochs=epochs, learning_rate=3e-3, warmup_steps=0, logging_steps=1,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, report_to=[],
-        use_cpu=True, seed=0, ddp_backend="gloo", disable_tqdm=True, save_safetensors=True)
-    trainer = varpack.trainer.Trainer(model=tiny_llama(), args=args, train_dataset=ds, callbacks=[Record()])
+        use_cpu=True, seed=0, ddp_backend="gloo", disable_tqdm=True)
+    trainer = CpuTrainer(model=tiny_llama(), args=args, train_dataset=ds, callbacks=[Record()])
     trainer.train(resume_from_checkpoint=resume)
     return losses
 
 
+def cpu_trainer():
+    import transformers
+    import varpack.trainer
+
+    class CpuTrainer(varpack.trainer.Trainer):
+        # accelerate places a multi-process CPU run on device cpu:RANK, which torch.load cannot map
+        # the optimizer's checkpoint to (transformers 5.17, torch 2.13): load it on "cpu".
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            with mock.patch.object(transformers.TrainingArguments, "device", property(lambda _: torch.device("cpu"))):
+                super()._load_optimizer_and_scheduler(checkpoint)
+
+    return CpuTrainer
+
+
 def exactly_once(path, samples):
-    """Per dataset: this rank's steps' (sample, offset, length) pieces over one epoch."""
+    """Per dataset: the tokens of every sample segment of this rank's steps over one epoch (a
+    stream numbers samples within its buffer, so a sample is known by its tokens)."""
     import varpack.trainer
 
     datasets = {"balanced": balanced(samples), "file": packed_file(path),
@@ -124,8 +141,9 @@ def exactly_once(path, samples):
     for name, ds in datasets.items():
         ds.format.return_segments = True
         ds.set_epoch(1)
-        out[name] = [list(zip(b["segment_sample"].tolist(), b["segment_offset"].tolist(),
-                              b["cu_seq_lens_q"].diff().tolist())) for b in varpack.trainer.step_loader(ds)]
+        out[name] = [[tuple(b["input_ids"][0, i:j].tolist())
+                      for i, j, s in zip(cu, cu[1:], b["segment_sample"].tolist()) if s >= 0]
+                     for b in varpack.trainer.step_loader(ds) for cu in [b["cu_seq_lens_q"].tolist()]]
     return out
 
 
@@ -158,7 +176,7 @@ def on_two_ranks(rank, world, tmp):
     result["steps_per_epoch"] = steps
     result["balanced"] = train(balanced(samples), tmp / "run", save_steps=steps + 2)
     result["resumed"] = train(balanced(samples), tmp / "run", resume=str(tmp / "run" / f"checkpoint-{steps + 2}"))
-    result["file"] = train(packed_file(tmp / "packed.bin"), tmp / "file")
+    result["file"] = train(packed_file(tmp / "packed.bin"), tmp / "file", epochs=1)
     return result
 
 
@@ -167,7 +185,7 @@ def on_one_rank(rank, world, tmp):
     tmp = pathlib.Path(tmp)
     samples = read_parquet_tokens(tmp / "data.parquet")
     return {"balanced": train(AllRanks(balanced(samples, 0, 2)).ds, tmp / "one"),
-            "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file")}
+            "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file", epochs=1)}
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +209,7 @@ def relative_gap(a, b):
 def test_two_ranks_train_as_one_process_on_all_rows(runs, dataset):
     two, one, _ = runs
     assert two[0][dataset] == two[1][dataset]  # every rank logs the mean over ranks
-    assert len(one[dataset]) >= 8
+    assert len(one[dataset]) >= 5
     assert relative_gap(two[0][dataset], one[dataset]) < RELATIVE
 
 
@@ -208,12 +226,8 @@ def test_every_row_once_across_ranks(runs, dataset):
     two, _, samples = runs
     per_rank = [r["exactly_once"][dataset] for r in two]
     assert len(per_rank[0]) == len(per_rank[1]) > 0
-    pieces = [p for steps in per_rank for step in steps for p in step if p[0] >= 0]
-    assert len(pieces) == len(set(pieces))
-    tokens = {}
-    for sample, _, length in pieces:
-        tokens[sample] = tokens.get(sample, 0) + length
-    assert tokens == {i: len(s) for i, s in enumerate(samples)}
+    seen = [segment for steps in per_rank for step in steps for segment in step]
+    assert sorted(seen) == sorted(tuple(s.tolist()) for s in samples)
 
 
 def test_data_parallel_loss_gives_one_process_gradient(runs):
