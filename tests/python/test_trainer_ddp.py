@@ -93,8 +93,9 @@ def tiny_llama():
     return LlamaForCausalLM(config)
 
 
-def train(ds, out, epochs=2, save_steps=None, resume=None):
-    """Per-step losses of varpack.trainer.Trainer on `ds` (resumed from checkpoint `resume`)."""
+def train(ds, out, epochs=2, save_steps=None, resume=None, **overrides):
+    """Per-step losses of varpack.trainer.Trainer on `ds` (resumed from checkpoint `resume`;
+    overrides: more TrainingArguments)."""
     import transformers
     import varpack.trainer
 
@@ -109,7 +110,7 @@ def train(ds, out, epochs=2, save_steps=None, resume=None):
     args = transformers.TrainingArguments(
         output_dir=str(out), num_train_epochs=epochs, learning_rate=3e-3, warmup_steps=0, logging_steps=1,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, report_to=[],
-        use_cpu=True, seed=0, ddp_backend="gloo", disable_tqdm=True)
+        use_cpu=True, seed=0, ddp_backend="gloo", disable_tqdm=True, **overrides)
     trainer = CpuTrainer(model=tiny_llama(), args=args, train_dataset=ds, callbacks=[Record()])
     trainer.train(resume_from_checkpoint=resume)
     return losses
