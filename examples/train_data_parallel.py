@@ -109,6 +109,9 @@ def train(args) -> list[float]:
             if args.stop_after and len(losses) == args.stop_after:
                 save(checkpoint, model, optimizer, ds, done, accelerator)
                 return losses
+    if args.stop_after:
+        raise SystemExit(f"train_data_parallel: --stop-after {args.stop_after}, but the run has only {len(losses)} "
+                         "steps; nothing was saved")
     return losses
 
 

@@ -8,12 +8,15 @@
   - over an epoch, BalancedPackedDataset, PackedFileDataset and PackedStream give every rank the
     same number of steps and every sample's tokens exactly once across the ranks, with rank and
     world size from torch.distributed;
-  - varpack.loss.data_parallel_loss under DDP gives one process's gradient.
+  - varpack.loss.data_parallel_loss under DDP gives one process's gradient, and
+    examples/train_data_parallel.py gives the same losses under DDP (Accelerate) and FSDP2, and
+    again after a stop and resume.
 """
 import json
 import os
 import pathlib
 import subprocess
+import sys
 from unittest import mock
 
 import numpy as np
@@ -26,6 +29,8 @@ import varpack
 from varpack.sharding import distributed_defaults
 
 from multiprocess import run_ranks
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLI = pathlib.Path(os.environ.get("VARPACK_CLI", ROOT / "build" / "varpack"))
@@ -178,7 +183,20 @@ def on_two_ranks(rank, world, tmp):
     result["balanced"] = train(balanced(samples), tmp / "run", save_steps=steps + 2)
     result["resumed"] = train(balanced(samples), tmp / "run", resume=str(tmp / "run" / f"checkpoint-{steps + 2}"))
     result["file"] = train(packed_file(tmp / "packed.bin"), tmp / "file", epochs=1)
+    result["example"] = run_example(tmp / "example")
     return result
+
+
+def run_example(out):
+    """examples/train_data_parallel.py's per-step losses (3 epochs of 2 steps): DDP through
+    Accelerate, FSDP2, and FSDP2 stopped after 3 steps (mid-epoch) then resumed from its checkpoint."""
+    import train_data_parallel
+
+    options = ["--out", str(out), "--samples", "40", "--hidden", "32", "--layers", "1", "--epochs", "3"]
+    return {"ddp": train_data_parallel.main(["--wrap", "ddp", *options]),
+            "fsdp2": train_data_parallel.main(["--wrap", "fsdp2", *options]),
+            "stopped": train_data_parallel.main(["--wrap", "fsdp2", "--stop-after", "3", *options]),
+            "resumed": train_data_parallel.main(["--wrap", "fsdp2", "--resume", *options])}
 
 
 def on_one_rank(rank, world, tmp):
@@ -242,6 +260,15 @@ def test_data_parallel_loss_gives_one_process_gradient(runs):
     for name, p in model.named_parameters():
         for rank in two:
             torch.testing.assert_close(rank["grads"][name], p.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_example_ddp_and_fsdp2_agree_and_resume(runs):
+    two, _, _ = runs
+    example = two[0]["example"]
+    assert len(example["ddp"]) == 6 and example["ddp"] == two[1]["example"]["ddp"]
+    np.testing.assert_allclose(example["fsdp2"], example["ddp"], rtol=1e-5)
+    assert example["stopped"] == example["fsdp2"][:3]
+    np.testing.assert_allclose(example["resumed"], example["fsdp2"][3:], rtol=1e-6)
 
 
 def test_distributed_defaults_without_a_process_group():
