@@ -131,9 +131,8 @@ class PackedFileDataset(StepDataset):
         built.update(_loss_weights(flat["labels"].numpy(), seg))
         return built
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.file = PackedFile(self.path)
+    def _reopen(self) -> None:
+        self.file = PackedFile(self.path)  # memory maps do not pickle as maps: a copy maps the file again
 
 
 def _loss_weights(labels: np.ndarray, segment_lengths: np.ndarray) -> dict:

@@ -123,7 +123,8 @@ class StepDataset(torch.utils.data.Dataset):
         self._cell.set(epoch, start)
 
     def __len__(self) -> int:
-        return self._num_steps() - self._sync()
+        start = self._sync()
+        return self._num_steps() - start
 
     def __getitem__(self, index: int) -> dict:
         start = self._sync()
@@ -158,11 +159,19 @@ class StepDataset(torch.utils.data.Dataset):
         self._cell.set(epoch, step)
 
     def __getstate__(self) -> dict:
-        # The epoch's schedule holds C++ objects that do not pickle; a copy re-plans on first use.
+        # The epoch's schedule holds C++ objects that do not pickle; a copy re-plans.
         state = dict(self.__dict__)
         for name in self._unpickled:
             state.pop(name, None)
         state["_scheduled"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reopen()
+        self._sync()
+
+    def _reopen(self) -> None:
+        """Reopens what __getstate__ left out beside the schedule (a subclass's files)."""
 
     _unpickled: tuple = ()
