@@ -267,7 +267,8 @@ class PackedStream(torch.utils.data.IterableDataset):
             self._resume_epoch = self._resume_worker = None
         self._cell.set(epoch, start)
 
-    def _layout(self) -> dict:
+    def layout(self) -> dict:
+        """What a saved position is valid for: the same layout gives the same batches."""
         return {"world_size": self.world_size, "rank": self.rank, "seed": self.seed}
 
     def state_dict(self, steps_done: int | None = None) -> dict:
@@ -276,7 +277,7 @@ class PackedStream(torch.utils.data.IterableDataset):
         num_workers=0 and, inside a DataLoader worker (torchdata's StatefulDataLoader asks them),
         that worker's own progress."""
         epoch, start = self._cell.get()
-        state = {"epoch": epoch, "step": start, **self._layout()}
+        state = {"epoch": epoch, "step": start, **self.layout()}
         info = torch.utils.data.get_worker_info()
         if steps_done is not None:
             state["step"] += steps_done
@@ -290,7 +291,7 @@ class PackedStream(torch.utils.data.IterableDataset):
         """The next pass streams epoch state["epoch"] from this rank's batch state["step"]."""
         from .sharding import check_state
 
-        epoch, step = check_state("PackedStream", state, self._layout())
+        epoch, step = check_state("PackedStream", state, self.layout())
         self._resume_epoch = epoch
         self._resume_worker = state.get("worker")
         self._cell.set(epoch, step)

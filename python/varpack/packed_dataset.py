@@ -92,8 +92,8 @@ class PackedFileDataset(StepDataset):
     def _num_steps(self) -> int:
         return self.balance.num_steps
 
-    def _layout(self) -> dict:
-        return {**super()._layout(), "rows": self.file.num_rows}
+    def layout(self) -> dict:
+        return {**super().layout(), "rows": self.file.num_rows}
 
     def _batch(self, step: int) -> dict | None:
         rows = self.order[self.balance.rows_of(step, self.rank)]

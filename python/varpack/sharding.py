@@ -135,7 +135,8 @@ class StepDataset(torch.utils.data.Dataset):
         batch = self._batch(step)
         return self.format.build_padding() if batch is None else batch
 
-    def _layout(self) -> dict:
+    def layout(self) -> dict:
+        """What a saved position is valid for: the same layout gives the same steps."""
         return {"world_size": self.world_size, "rank": self.rank, "seed": self.seed}
 
     def state_dict(self, steps_done: int = 0) -> dict:
@@ -144,12 +145,12 @@ class StepDataset(torch.utils.data.Dataset):
         StatefulDataLoader stores the pass's start (steps_done=0) and counts batches itself."""
         start = self._sync()
         return {"epoch": self.epoch, "step": start + operator.index(steps_done), "num_steps": self._num_steps(),
-                **self._layout()}
+                **self.layout()}
 
     def load_state_dict(self, state: dict) -> None:
         """The next pass runs epoch state["epoch"] from step state["step"] (set_epoch of that epoch
         keeps the step; another epoch starts at 0)."""
-        epoch, step = check_state(type(self).__name__, state, self._layout())
+        epoch, step = check_state(type(self).__name__, state, self.layout())
         self._schedule(epoch)
         self._scheduled = epoch
         if step > self._num_steps():

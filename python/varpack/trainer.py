@@ -21,12 +21,14 @@ accelerator.device).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import torch
 import transformers
 
-from .sharding import StepDataset
+from .sharding import StepDataset, check_state
 
 __all__ = ["StepSampler", "Trainer", "is_varpack_dataset", "step_loader", "to_device"]
 
@@ -93,9 +95,16 @@ class _EpochCallback(transformers.TrainerCallback):
         self.dataset.set_epoch(math.floor(state.epoch + 1e-9) if state.epoch else 0)
 
 
+DATA_STATE = "varpack_data_rank{rank}.json"
+
+
 class Trainer(transformers.Trainer):
     """transformers.Trainer that trains on a varpack dataset as it is: one of its items per step
-    and rank, no re-sharding (module notes). Any other train_dataset goes Trainer's usual way."""
+    and rank, no re-sharding (module notes). Any other train_dataset goes Trainer's usual way.
+
+    A checkpoint also holds each rank's dataset state (varpack_data_rank{R}.json): Trainer places
+    the data by its global step, which is only the same data for the same layout, so a resume
+    with another world size, rank or seed is refused instead of training on other rows."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -112,3 +121,25 @@ class Trainer(transformers.Trainer):
                            prefetch_factor=args.dataloader_prefetch_factor,
                            multiprocessing_context=args.dataloader_multiprocessing_context)
         return step_loader(self.train_dataset, **options)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        if is_varpack_dataset(self.train_dataset):
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            state = dict(self.train_dataset.state_dict(), global_step=self.state.global_step)
+            path = os.path.join(folder, DATA_STATE.format(rank=self.train_dataset.rank))
+            with open(path + ".tmp", "w") as f:
+                json.dump(state, f)
+            os.replace(path + ".tmp", path)
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint and is_varpack_dataset(self.train_dataset):
+            folder = resume_from_checkpoint
+            if folder is True:
+                folder = transformers.trainer_utils.get_last_checkpoint(self.args.output_dir)
+            path = os.path.join(str(folder), DATA_STATE.format(rank=self.train_dataset.rank))
+            if folder and os.path.exists(path):
+                with open(path) as f:
+                    check_state(type(self.train_dataset).__name__, json.load(f), self.train_dataset.layout())
+        return super().train(resume_from_checkpoint, *args, **kwargs)

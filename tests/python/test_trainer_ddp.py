@@ -3,8 +3,9 @@
   - a tiny Llama trained by varpack.trainer.Trainer from a Parquet file through
     BalancedPackedDataset (and through PackedFileDataset) has, step by step, the loss of one
     process that runs every rank's rows of each step together (relative 1e-5);
-  - a run resumed from its mid-epoch checkpoint (weights, optimizer, scheduler, RNG and the
-    trainer state that places the data) reproduces the uninterrupted run's losses;
+  - a run resumed from its mid-epoch checkpoint (weights, optimizer, scheduler, RNG, the trainer
+    state that places the data, and the dataset's state) reproduces the uninterrupted run's
+    losses, and one process may not resume from the 2-rank checkpoint;
   - over an epoch, BalancedPackedDataset, PackedFileDataset and PackedStream give every rank the
     same number of steps and every sample's tokens exactly once across the ranks, with rank and
     world size from torch.distributed;
@@ -203,8 +204,16 @@ def on_one_rank(rank, world, tmp):
     set_env(rank, world)
     tmp = pathlib.Path(tmp)
     samples = read_parquet_tokens(tmp / "data.parquet")
-    return {"balanced": train(AllRanks(balanced(samples, 0, 2)).ds, tmp / "one"),
-            "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file", epochs=1)}
+    result = {"balanced": train(AllRanks(balanced(samples, 0, 2)).ds, tmp / "one"),
+              "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file", epochs=1)}
+    # The 2-rank run's checkpoint holds its data layout: one rank may not resume from it.
+    checkpoint = max((tmp / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    try:
+        train(balanced(samples), tmp / "run", resume=str(checkpoint))
+        result["refused"] = None
+    except ValueError as error:
+        result["refused"] = str(error)
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +247,11 @@ def test_resumed_run_reproduces_the_uninterrupted_losses(runs):
     k = two[0]["steps_per_epoch"] + 2
     assert sorted(resumed) == [s for s in sorted(full) if s > k]
     assert relative_gap(resumed, {s: full[s] for s in resumed}) < 1e-6
+
+
+def test_resume_with_another_world_size_is_refused(runs):
+    _, one, _ = runs
+    assert "saved with world_size=2, this dataset has world_size=1" in one["refused"]
 
 
 @pytest.mark.parametrize("dataset", ["balanced", "file", "stream"])
