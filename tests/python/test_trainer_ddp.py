@@ -155,16 +155,20 @@ def exactly_once(path, samples):
 
 
 def gradient_of_data_parallel_loss(rank, world, samples):
+    """Per normalisation, the gradient of data_parallel_loss on this rank's rows of step 0 under DDP."""
     from varpack.loss import data_parallel_loss, global_count
 
-    model = tiny_llama()
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    batch = balanced(samples)[0]
-    count = global_count(batch)
-    logits = ddp(**{k: v for k, v in batch.items() if k != "labels"}).logits
-    loss = data_parallel_loss(logits, batch["labels"], count)
-    loss.backward()
-    return {name: p.grad.clone() for name, p in model.named_parameters()}
+    grads = {}
+    for normalization in ("token", "sample"):
+        model = tiny_llama()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        batch = balanced(samples)[0]
+        count = global_count(batch, normalization)
+        logits = ddp(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        data_parallel_loss(logits, batch["labels"], count, normalization=normalization,
+                           cu_seqlens=batch["cu_seq_lens_q"]).backward()
+        grads[normalization] = {name: p.grad.clone() for name, p in model.named_parameters()}
+    return grads
 
 
 def set_env(rank, world):
@@ -263,17 +267,21 @@ def test_every_row_once_across_ranks(runs, dataset):
     assert sorted(seen) == sorted(tuple(s.tolist()) for s in samples)
 
 
-def test_data_parallel_loss_gives_one_process_gradient(runs):
-    from varpack.loss import data_parallel_loss, global_count
+@pytest.mark.parametrize("normalization", ["token", "sample"])
+def test_data_parallel_loss_gives_one_process_gradient(runs, normalization):
+    from varpack.loss import weighted_loss
 
     two, _, samples = runs
     model = tiny_llama()
-    step = AllRanks(balanced(samples, 0, 2)).ds[0]
-    logits = model(**{k: v for k, v in step.items() if k != "labels"}).logits
-    data_parallel_loss(logits, step["labels"], global_count(step)).backward()
+    ds = AllRanks(balanced(samples, 0, 2)).ds
+    ds.format.return_loss_weights, ds.format.loss_normalization = True, normalization
+    step = ds[0]
+    # One process on every rank's rows, through the batch builder's own weights (each sums to 1).
+    logits = model(**{k: v for k, v in step.items() if k not in ("labels", "loss_weight")}).logits
+    weighted_loss(logits, step["labels"], step["loss_weight"]).backward()
     for name, p in model.named_parameters():
         for rank in two:
-            torch.testing.assert_close(rank["grads"][name], p.grad, rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(rank["grads"][normalization][name], p.grad, rtol=1e-5, atol=1e-7)
 
 
 def test_example_ddp_and_fsdp2_agree_and_resume(runs):
