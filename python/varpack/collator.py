@@ -216,8 +216,9 @@ class PackedStream(torch.utils.data.IterableDataset):
 
     Data parallel (varpack.sharding has the contract): every rank and DataLoader worker reads the
     whole stream and plans it alike (planning needs only lengths), and builds only its own batches:
-    batch j of the stream goes to rank j % world_size, and a rank's m-th batch to worker
-    m % num_workers, so a rank's batches are the same, in the same order, with any num_workers.
+    batch j of the stream goes to rank j % world_size, and a rank's m-th batch of the pass to
+    worker m % num_workers, so a rank's batches are the same, in the same order, with any
+    num_workers.
     Every rank ends with ceil(batches / world_size) steps, a rank short of one getting a padding
     row. rank, world_size: None takes torch.distributed's when initialised, else rank 0 of 1."""
 
