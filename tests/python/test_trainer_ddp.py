@@ -6,6 +6,7 @@
   - a run resumed from its mid-epoch checkpoint (weights, optimizer, scheduler, RNG, the trainer
     state that places the data, and the dataset's state) reproduces the uninterrupted run's
     losses, and one process may not resume from the 2-rank checkpoint;
+  - Trainer runs PackedStream (max_steps) and a persistent DataLoader worker follows its epochs;
   - over an epoch, BalancedPackedDataset, PackedFileDataset and PackedStream give every rank the
     same number of steps and every sample's tokens exactly once across the ranks, with rank and
     world size from torch.distributed;
@@ -187,7 +188,11 @@ def on_two_ranks(rank, world, tmp):
     result["steps_per_epoch"] = steps
     result["balanced"] = train(balanced(samples), tmp / "run", save_steps=steps + 2)
     result["resumed"] = train(balanced(samples), tmp / "run", resume=str(tmp / "run" / f"checkpoint-{steps + 2}"))
-    result["file"] = train(packed_file(tmp / "packed.bin"), tmp / "file", epochs=1)
+    # A persistent DataLoader worker must follow Trainer's set_epoch into the second epoch.
+    result["file"] = train(packed_file(tmp / "packed.bin"), tmp / "file", dataloader_num_workers=1,
+                           dataloader_persistent_workers=True)
+    result["stream"] = train(varpack.PackedStream(samples, CAPACITY, rows_per_batch=2, buffer_size=16, seed=1),
+                             tmp / "stream", max_steps=6)
     result["example"] = run_example(tmp / "example")
     return result
 
@@ -209,7 +214,7 @@ def on_one_rank(rank, world, tmp):
     tmp = pathlib.Path(tmp)
     samples = read_parquet_tokens(tmp / "data.parquet")
     result = {"balanced": train(AllRanks(balanced(samples, 0, 2)).ds, tmp / "one"),
-              "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file", epochs=1)}
+              "file": train(AllRanks(packed_file(tmp / "packed.bin", 0, 2)).ds, tmp / "one_file")}
     # The 2-rank run's checkpoint holds its data layout: one rank may not resume from it.
     checkpoint = max((tmp / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     try:
@@ -243,6 +248,11 @@ def test_two_ranks_train_as_one_process_on_all_rows(runs, dataset):
     assert two[0][dataset] == two[1][dataset]  # every rank logs the mean over ranks
     assert len(one[dataset]) >= 5
     assert relative_gap(two[0][dataset], one[dataset]) < RELATIVE
+
+
+def test_trainer_runs_a_stream_on_both_ranks(runs):
+    two, _, _ = runs
+    assert sorted(two[0]["stream"]) == list(range(1, 7)) and two[0]["stream"] == two[1]["stream"]
 
 
 def test_resumed_run_reproduces_the_uninterrupted_losses(runs):
