@@ -21,6 +21,7 @@ accelerator.device).
 """
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -138,8 +139,14 @@ class Trainer(transformers.Trainer):
             folder = resume_from_checkpoint
             if folder is True:
                 folder = transformers.trainer_utils.get_last_checkpoint(self.args.output_dir)
+            name = type(self.train_dataset).__name__
             path = os.path.join(str(folder), DATA_STATE.format(rank=self.train_dataset.rank))
-            if folder and os.path.exists(path):
+            if os.path.exists(path):
                 with open(path) as f:
-                    check_state(type(self.train_dataset).__name__, json.load(f), self.train_dataset.layout())
+                    check_state(name, json.load(f), self.train_dataset.layout())
+            elif folder and glob.glob(os.path.join(str(folder), DATA_STATE.format(rank="*"))):
+                # Saved by fewer ranks: refuse here too, or this rank would wait for a refused peer.
+                raise ValueError(f"{name}: {folder} holds no data state for rank {self.train_dataset.rank}; "
+                                 "it was saved by fewer ranks, and a mid-epoch position only carries over "
+                                 "to the same layout")
         return super().train(resume_from_checkpoint, *args, **kwargs)
