@@ -18,26 +18,17 @@ import operator
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from .balance import Balance, balance_rows, select_rows
 from .collator import _BatchFormat, epoch_seed, sample_length
 from .packing import Plan, plan
+from .sharding import StepDataset, distributed_defaults
 from .token_files import TokenFile
 
 __all__ = ["BalancedPackedDataset"]
 
 
-def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    initialised = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if rank is None:
-        rank = torch.distributed.get_rank() if initialised else 0
-    if world_size is None:
-        world_size = torch.distributed.get_world_size() if initialised else 1
-    return operator.index(rank), operator.index(world_size)
-
-
-class BalancedPackedDataset(torch.utils.data.Dataset):
+class BalancedPackedDataset(StepDataset):
     """Packs `samples` into rows of `capacity` tokens, deals the rows to `world_size` ranks with
     near-equal attention cost per step, and gives this rank's batch of each step.
 
@@ -51,18 +42,20 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
     algorithm, overlong, shuffle: the planner's (varpack.plan); shuffle permutes the rows with a seed
                     from (seed, epoch), so every epoch visits them in a new order.
     cost_model, window_steps, drop_last, method: the balancer's (varpack.balance_rows). With
-                    drop_last=False the rows of a partial last step are spread over the ranks and a
-                    rank may get none: its batch then has zero tokens.
+                    drop_last=False the rows of a partial last step are spread over the ranks; a
+                    rank that gets none gets a padding row (varpack.sharding explains).
     pad_to_multiple, pad_token_id, loss_normalization, return_flash_attn_kwargs,
     return_loss_weights, return_segments: the batch layout, as in PackingCollator.
 
     len(ds) is the number of steps, the same on every rank; ds[step] is this rank's batch of that
     step. Use DataLoader(ds, batch_size=None, shuffle=False): the order is the plan's, already
     shuffled per epoch, and shuffling steps differently per rank would pair unbalanced rows. Call
-    set_epoch(epoch) on every rank before iterating an epoch (not with persistent DataLoader
-    workers, which keep the old epoch's copy). ds.plan and ds.balance are the current epoch's
+    set_epoch(epoch) on every rank before iterating an epoch; state_dict / load_state_dict resume
+    mid-epoch (varpack.sharding has the contract). ds.plan and ds.balance are the current epoch's
     varpack.Plan and varpack.Balance (log ds.balance.stats to see the imbalance).
     """
+
+    _unpickled = ("plan", "balance")
 
     def __init__(self, samples: Sequence, capacity: int, *, rank: int | None = None,
                  world_size: int | None = None, rows_per_rank: int = 1, algorithm: str = "bfd",
@@ -72,12 +65,7 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
                  return_flash_attn_kwargs: bool = True, return_loss_weights: bool = False,
                  return_segments: bool = False):
         super().__init__()
-        rank, world_size = _distributed_defaults(rank, world_size)
-        if world_size < 1:
-            raise ValueError(f"BalancedPackedDataset: world_size={world_size}; it must be >= 1 (the "
-                             "number of data-parallel ranks)")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"BalancedPackedDataset: rank={rank} is outside [0, world_size={world_size})")
+        rank, world_size = distributed_defaults(rank, world_size, "BalancedPackedDataset")
         if operator.index(capacity) <= 0:
             raise ValueError(f"BalancedPackedDataset: capacity={capacity}; give a positive number of "
                              "tokens per row")
@@ -99,7 +87,7 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
         self.method = method
         self.format = _BatchFormat(pad_to_multiple, pad_token_id, loss_normalization,
                                    return_flash_attn_kwargs, return_loss_weights, return_segments)
-        self.set_epoch(0)
+        self._start_epochs()
 
     @staticmethod
     def _lengths(samples: Sequence, lengths) -> np.ndarray:
@@ -113,12 +101,10 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
                              f"per sample ({len(samples)})")
         return array
 
-    def set_epoch(self, epoch: int) -> None:
-        """Re-plans and rebalances for `epoch`: the same rows on every rank for the same
-        (seed, epoch), a new order for a new epoch (with shuffle)."""
-        self.epoch = operator.index(epoch)
+    def _schedule(self, epoch: int) -> None:
+        # The same rows on every rank for the same (seed, epoch), a new order for a new epoch.
         self.plan: Plan = plan(self.lengths, self.capacity, algorithm=self.algorithm,
-                               overlong=self.overlong, seed=epoch_seed(self.seed, self.epoch),
+                               overlong=self.overlong, seed=epoch_seed(self.seed, epoch),
                                shuffle=self.shuffle)
         self.balance: Balance = balance_rows(self.plan, self.world_size, self.rows_per_rank,
                                              drop_last=self.drop_last, cost_model=self.cost_model,
@@ -128,24 +114,9 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
                              f"of world_size={self.world_size} x rows_per_rank={self.rows_per_rank} rows; "
                              "lower rows_per_rank or capacity, or pass drop_last=False")
 
-    def __len__(self) -> int:
+    def _num_steps(self) -> int:
         return self.balance.num_steps
 
-    def __getitem__(self, step: int) -> dict:
-        step = operator.index(step)
-        if not 0 <= step < len(self):
-            raise IndexError(f"BalancedPackedDataset: step {step} is out of range; this epoch has "
-                             f"{len(self)} steps")
+    def _batch(self, step: int) -> dict | None:
         rows = self.balance.rows_of(step, self.rank)
-        return self.format.build(select_rows(self.plan, rows), self.samples)
-
-    def __getstate__(self) -> dict:
-        # The plan and balance are C++ objects that do not pickle; they are rebuilt from the
-        # options, which is deterministic, when a DataLoader worker is spawned.
-        state = dict(self.__dict__)
-        del state["plan"], state["balance"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.set_epoch(self.epoch)
+        return self.format.build(select_rows(self.plan, rows), self.samples) if len(rows) else None

@@ -31,6 +31,7 @@ chooses rows and lays out and renames the results.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -87,8 +88,11 @@ class _BatchFormat:
     def build(self, plan, samples: Sequence, rows: tuple[int, int] | None = None) -> dict:
         import varpack
 
-        built = varpack.build_batch(plan, samples, rows=rows, pad_to_multiple=self.pad_to_multiple,
-                                    pad_token_id=self.pad_token_id)
+        return self.emit(varpack.build_batch(plan, samples, rows=rows, pad_to_multiple=self.pad_to_multiple,
+                                             pad_token_id=self.pad_token_id))
+
+    def emit(self, built: dict) -> dict:
+        """The emitted dict from build_batch's keys (or the same keys built elsewhere)."""
         out = {
             "input_ids": built["input_ids"].unsqueeze(0),
             "labels": built["labels"].unsqueeze(0),
@@ -105,6 +109,19 @@ class _BatchFormat:
             out["segment_sample"] = built["segment_sample"]
             out["segment_offset"] = built["segment_offset"]
             out["row_offsets"] = built["row_offsets"]
+        return out
+
+    def build_padding(self) -> dict:
+        """One row of pad tokens with no target (labels -100, loss weight 0): the batch of a rank
+        that has no rows in a step, so its model still runs and collectives line up. Its one
+        segment's segment_sample is -1, as for padding."""
+        import varpack
+
+        width = max(1, self.pad_to_multiple)
+        out = self.build(varpack.plan([width], width),
+                         [{"input_ids": [self.pad_token_id] * width, "labels": [-100] * width}])
+        if self.return_segments:
+            out["segment_sample"] = torch.full_like(out["segment_sample"], -1)
         return out
 
     def build_padded(self, plan, samples: Sequence, width: int) -> dict:
@@ -195,15 +212,25 @@ class PackedStream(torch.utils.data.IterableDataset):
     When the buffer is full it is planned as a whole; the trailing rows that are less than
     `min_fill` full keep their samples in the buffer (at most half of it, so the stream always
     advances), the rest leave as batches in an order shuffled per (seed, epoch, flush). At the end
-    of the stream everything left is emitted, the last batch possibly with fewer rows. With several
-    DataLoader workers each worker takes every num_workers-th sample of the stream."""
+    of the stream everything left is emitted, the last batch possibly with fewer rows.
+
+    Data parallel (varpack.sharding has the contract): every rank and DataLoader worker reads the
+    whole stream and plans it alike (planning needs only lengths), and builds only its own batches:
+    batch j of the stream goes to rank j % world_size, and a rank's m-th batch of the pass to
+    worker m % num_workers, so a rank's batches are the same, in the same order, with any
+    num_workers.
+    Every rank ends with ceil(batches / world_size) steps, a rank short of one getting a padding
+    row. rank, world_size: None takes torch.distributed's when initialised, else rank 0 of 1."""
 
     def __init__(self, samples: Iterable, capacity: int, rows_per_batch: int = 1,
                  buffer_size: int = 1024, algorithm: str = "bfd", overlong: str = "error",
                  seed: int = 0, shuffle: bool = True, min_fill: float = 0.99,
                  pad_to_multiple: int = 1, pad_token_id: int = 0,
                  loss_normalization: str = "token", return_flash_attn_kwargs: bool = True,
-                 return_loss_weights: bool = False, return_segments: bool = False):
+                 return_loss_weights: bool = False, return_segments: bool = False,
+                 rank: int | None = None, world_size: int | None = None):
+        from .sharding import EpochCell, distributed_defaults
+
         super().__init__()
         for name, value in (("capacity", capacity), ("rows_per_batch", rows_per_batch),
                             ("buffer_size", buffer_size)):
@@ -212,6 +239,7 @@ class PackedStream(torch.utils.data.IterableDataset):
         if not 0.0 <= min_fill <= 1.0:
             raise ValueError(f"PackedStream: min_fill={min_fill}; give the fraction of a row "
                              "(0..1) below which trailing rows wait for more samples")
+        self.rank, self.world_size = distributed_defaults(rank, world_size, "PackedStream")
         self.samples = samples
         self.capacity = capacity
         self.rows_per_batch = rows_per_batch
@@ -221,43 +249,109 @@ class PackedStream(torch.utils.data.IterableDataset):
         self.seed = seed
         self.shuffle = shuffle
         self.min_fill = min_fill
-        self.epoch = 0
         self.format = _BatchFormat(pad_to_multiple, pad_token_id, loss_normalization,
                                    return_flash_attn_kwargs, return_loss_weights, return_segments)
+        self._cell = EpochCell()
+        self._resume_epoch = None
+        self._resume_worker = None
+        self._yielded = 0
+
+    @property
+    def epoch(self) -> int:
+        return self._cell.get()[0]
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """The next pass streams `epoch` from its first batch, or from the step load_state_dict
+        gave for this epoch; reaches running DataLoader workers too."""
+        start = self._cell.get()[1] if epoch == self._resume_epoch else 0
+        if epoch != self._resume_epoch:
+            self._resume_epoch = self._resume_worker = None
+        self._cell.set(epoch, start)
 
-    def _my_samples(self) -> Iterable:
+    def layout(self) -> dict:
+        """What a saved position is valid for: the same layout gives the same batches."""
+        return {"world_size": self.world_size, "rank": self.rank, "seed": self.seed}
+
+    def state_dict(self, steps_done: int | None = None) -> dict:
+        """The position after `steps_done` batches of the current pass (a plain DataLoader's
+        count); None: the batches this copy yielded, which is the loader's count with
+        num_workers=0 and, inside a DataLoader worker (torchdata's StatefulDataLoader asks them),
+        that worker's own progress."""
+        epoch, start = self._cell.get()
+        state = {"epoch": epoch, "step": start, **self.layout()}
         info = torch.utils.data.get_worker_info()
-        if info is None or info.num_workers == 1:
-            yield from self.samples
-            return
-        for index, sample in enumerate(self.samples):
-            if index % info.num_workers == info.id:
-                yield sample
+        if steps_done is not None:
+            state["step"] += steps_done
+        elif info is None:
+            state["step"] += self._yielded
+        else:
+            state["worker"] = [info.id, info.num_workers, self._yielded]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """The next pass streams epoch state["epoch"] from this rank's batch state["step"]."""
+        from .sharding import check_state
+
+        epoch, step = check_state("PackedStream", state, self.layout())
+        self._resume_epoch = epoch
+        self._resume_worker = state.get("worker")
+        self._cell.set(epoch, step)
 
     def __iter__(self):
+        epoch, start = self._cell.get()
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        skip = 0
+        if self._resume_worker is not None and epoch == self._resume_epoch:
+            # A DataLoader worker restored by torchdata goes on after its own last batch.
+            saved_id, saved_workers, done = self._resume_worker
+            if (saved_id, saved_workers) == (worker, workers):
+                skip = done
+        self._resume_worker = None
+        self._yielded = skip
+        mine = 0  # this rank's batches in the stream so far
+        total = 0
+        for total, build in enumerate(self._batches(epoch), start=1):
+            if (total - 1) % self.world_size == self.rank:
+                mine += 1
+                yield from self._if_mine(mine - 1, start, worker, workers, skip, build)
+        steps = -(-total // self.world_size)
+        for step in range(mine, steps):  # a rank short of batches pads up to every rank's count
+            yield from self._if_mine(step, start, worker, workers, skip, self.format.build_padding)
+
+    def _if_mine(self, step: int, start: int, worker: int, workers: int, skip: int, build):
+        """This copy's batch for the rank's `step`, if the step is this worker's and past the
+        `skip` batches a restored worker had already given."""
+        if step < start or (step - start) % workers != worker:
+            return
+        if (step - start) // workers < skip:
+            return
+        self._yielded += 1
+        yield build()
+
+    def _batches(self, epoch: int):
+        """Every batch of the stream for `epoch`, in order, each as a function that builds it."""
         buffer: list = []
         flush = 0
-        for sample in self._my_samples():
+        for sample in self.samples:
             buffer.append(sample)
             if len(buffer) >= self.buffer_size:
-                batches, buffer = self._drain(buffer, flush, final=False)
+                batches, buffer = self._drain(buffer, epoch, flush, final=False)
                 flush += 1
                 yield from batches
         while buffer:
-            batches, buffer = self._drain(buffer, flush, final=True)
+            batches, buffer = self._drain(buffer, epoch, flush, final=True)
             flush += 1
             yield from batches
 
-    def _drain(self, buffer: list, flush: int, final: bool) -> tuple[list, list]:
-        """Plans the buffer; returns (batches to emit, samples kept for the next flush)."""
+    def _drain(self, buffer: list, epoch: int, flush: int, final: bool) -> tuple[list, list]:
+        """Plans the buffer; returns (functions building the batches to emit, samples kept for
+        the next flush)."""
         import varpack
 
         lengths = [sample_length(s, i) for i, s in enumerate(buffer)]
         plan = varpack.plan(lengths, self.capacity, algorithm=self.algorithm,
-                            overlong=self.overlong, seed=epoch_seed(self.seed, self.epoch, flush))
+                            overlong=self.overlong, seed=epoch_seed(self.seed, epoch, flush))
         pieces, row_begin = np.asarray(plan.pieces), np.asarray(plan.row_begin)
         rows = len(row_begin) - 1
         emit = rows
@@ -272,8 +366,8 @@ class PackedStream(torch.utils.data.IterableDataset):
                   for first in range(0, emit, self.rows_per_batch)]
         order = np.arange(len(ranges))
         if self.shuffle:
-            order = np.random.default_rng(epoch_seed(self.seed, self.epoch, flush)).permutation(order)
-        batches = [self.format.build(plan, buffer, rows=ranges[i]) for i in order]
+            order = np.random.default_rng(epoch_seed(self.seed, epoch, flush)).permutation(order)
+        batches = [functools.partial(self.format.build, plan, buffer, rows=ranges[i]) for i in order]
         return batches, kept
 
     def _rows_to_emit(self, pieces: np.ndarray, row_begin: np.ndarray, lengths: list) -> int:

@@ -11,6 +11,13 @@ Two normalisations (varpack.build_batch returns a weight vector for each, summin
              the same, whatever its length; this is what padded training with a per-row mean and
              equal rows gives, and what packing silently changes if nobody chooses.
 They agree only when every sample has the same number of labelled tokens.
+
+Data parallel: each rank's weights sum to 1 over its own batch, and DDP / FSDP average gradients
+over ranks, so ranks with fewer tokens would weigh their tokens more than one process holding every
+rank's rows does. global_count all-reduces the step's denominator once (predicted tokens, HF's
+num_items_in_batch; or samples), and data_parallel_loss divides each rank's sum by it times the
+world size: the averaged gradient is then that one process's (tests/python/test_trainer_ddp.py
+checks it over 2 gloo processes; HF Trainer does the same for tokens, see varpack.trainer).
 """
 from __future__ import annotations
 
@@ -64,3 +71,53 @@ def per_sample_losses(logits: torch.Tensor, labels: torch.Tensor,
     sums.index_add_(0, segment, losses[:used])
     counts.index_add_(0, segment, counted[:used])
     return sums / counts
+
+
+def count_targets(batch: dict, normalization: str = "token") -> torch.Tensor:
+    """What a batch contributes to the loss's denominator (int64 scalar): its predicted tokens
+    (labels other than -100 after the model's shift, HF's num_items_in_batch), or with
+    normalization="sample" its segments (cu_seq_lens_q; rows of a padded batch) holding one."""
+    labels = batch["labels"]
+    counted = labels[..., 1:] != IGNORE_INDEX
+    if normalization == "token":
+        return counted.sum()
+    if normalization != "sample":
+        raise ValueError(f"normalization={normalization!r}: choose \"token\" or \"sample\"")
+    if "cu_seq_lens_q" not in batch:
+        return counted.any(dim=-1).sum()
+    flat = torch.nn.functional.pad(counted.reshape(-1), (1, 0))
+    cu = batch["cu_seq_lens_q"].to(device=flat.device, dtype=torch.long)
+    per_segment = torch.nn.functional.pad(flat.cumsum(0), (1, 0))[cu]
+    return (per_segment.diff() > 0).sum()
+
+
+def global_count(batches, normalization: str = "token", group=None) -> torch.Tensor:
+    """count_targets summed over this step's micro-batches and over the data-parallel ranks of
+    `group`: one all-reduce per step. Every rank gets the same number, the loss's denominator."""
+    batches = [batches] if isinstance(batches, dict) else list(batches)
+    total = sum(count_targets(b, normalization).to(torch.int64) for b in batches)
+    total = torch.as_tensor(total, dtype=torch.int64, device=batches[0]["labels"].device)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(total, group=group)
+    return total
+
+
+def data_parallel_loss(logits: torch.Tensor, labels: torch.Tensor, count, *, normalization: str = "token",
+                       cu_seqlens: torch.Tensor | None = None, group=None) -> torch.Tensor:
+    """This rank's share of the step's loss, for DDP and FSDP (which average gradients over the
+    ranks): sum of this rank's token losses (or, with normalization="sample", of its samples'
+    mean token losses; cu_seqlens gives the segments) / count x world size, where count is
+    global_count(...) of the step. The averaged gradient is then one process's on every rank's
+    rows, and the mean of this value over ranks is that process's loss; a rank with only padding
+    rows contributes 0. Per micro-batch of an accumulated step, pass the step's count to each."""
+    world = torch.distributed.get_world_size(group) if (torch.distributed.is_available()
+                                                        and torch.distributed.is_initialized()) else 1
+    if normalization == "token":
+        local = token_losses(logits, labels).sum()
+    elif normalization == "sample":
+        if cu_seqlens is None:
+            raise ValueError("normalization=\"sample\" needs cu_seqlens (the batch's cu_seq_lens_q)")
+        local = per_sample_losses(logits, labels, cu_seqlens).nansum()
+    else:
+        raise ValueError(f"normalization={normalization!r}: choose \"token\" or \"sample\"")
+    return local * world / torch.as_tensor(count, device=local.device).clamp(min=1)

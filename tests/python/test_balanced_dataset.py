@@ -33,7 +33,8 @@ def tokens_and_labels(sample):
 
 
 def segments(batch):
-    """(sample, offset, length) of every segment of a batch made with return_segments=True."""
+    """(sample, offset, length) of every segment of a batch made with return_segments=True, and
+    (-1, 0, length) for a padding segment."""
     lengths = batch["cu_seq_lens_q"].diff().tolist()
     return list(zip(batch["segment_sample"].tolist(), batch["segment_offset"].tolist(), lengths))
 
@@ -46,6 +47,9 @@ def check_batch(batch, samples):
     assert batch["input_ids"].shape == batch["labels"].shape == batch["position_ids"].shape == (1, cu[-1])
     for i, (sample, offset, length) in enumerate(segments(batch)):
         span = slice(cu[i], cu[i + 1])
+        if sample < 0:  # a padding row (a rank without rows in a partial step): nothing to predict
+            assert batch["labels"][0, span].tolist() == [-100] * length
+            continue
         tokens, labels = tokens_and_labels(samples[sample])
         assert batch["input_ids"][0, span].tolist() == tokens[offset:offset + length]
         assert batch["position_ids"][0, span].tolist() == list(range(length))
@@ -81,9 +85,12 @@ def test_ranks_together_emit_every_assigned_piece_once(rng, world_size, rows_per
             # The batch is exactly the rows the balance gave this rank, in the plan's layout.
             rows = ds.balance.rows_of(step, rank)
             widths = batch["row_offsets"].diff().tolist()
+            if not len(rows):  # no rows for this rank in a partial last step: one padding row
+                assert widths == [1] and segments(batch) == [(-1, 0, 1)]
+                continue
             assert widths == [int(ds.plan.row(r)[:, 2].sum()) for r in rows]
             assert all(w <= CAPACITY for w in widths)
-            emitted += segments(batch)
+            emitted += [s for s in segments(batch) if s[0] >= 0]
     assigned = [tuple(p) for r in ds.balance.rows for p in ds.plan.row(r).tolist()]
     assert any(offset > 0 for _, offset, _ in emitted)
     assert len(emitted) == len(set(emitted))
@@ -199,13 +206,15 @@ def test_pickles_for_spawned_workers(rng):
         assert torch.equal(copy[step]["input_ids"], ds[step]["input_ids"])
 
 
-def test_a_rank_without_rows_in_the_partial_last_step_gets_an_empty_batch():
+def test_a_rank_without_rows_in_the_partial_last_step_gets_a_padding_row():
     # 3 rows of one sample each over 2 ranks, drop_last=False: step 1 has one row, for one rank.
     samples = [[1] * 90, [2] * 80, [3] * 70]
-    batches = [varpack.BalancedPackedDataset(samples, CAPACITY, rank=r, world_size=2, drop_last=False)[1]
-               for r in range(2)]
-    assert sorted(b["input_ids"].shape[1] for b in batches)[0] == 0
-    assert sum(b["input_ids"].shape[1] for b in batches) in (90, 80, 70)
+    batches = [varpack.BalancedPackedDataset(samples, CAPACITY, rank=r, world_size=2, drop_last=False,
+                                             pad_token_id=9, return_loss_weights=True)[1] for r in range(2)]
+    padding, real = sorted(batches, key=lambda b: b["input_ids"].shape[1])
+    assert padding["input_ids"].tolist() == [[9]] and padding["labels"].tolist() == [[-100]]
+    assert padding["loss_weight"].tolist() == [[0.0]]
+    assert real["input_ids"].shape[1] in (90, 80, 70)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
@@ -229,7 +238,7 @@ def test_empty_dataset_and_step_out_of_range(rng):
     with pytest.raises(ValueError, match="samples is empty"):
         varpack.BalancedPackedDataset([], CAPACITY)
     ds = varpack.BalancedPackedDataset(make_samples(rng, 30), CAPACITY)
-    with pytest.raises(IndexError, match=f"step {len(ds)} is out of range; this epoch has {len(ds)} steps"):
+    with pytest.raises(IndexError, match=f"step {len(ds)} is out of range; epoch 0 has {len(ds)} steps"):
         ds[len(ds)]
     with pytest.raises(IndexError, match="step -1"):
         ds[-1]

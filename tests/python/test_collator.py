@@ -223,7 +223,7 @@ def test_stream_is_deterministic_per_epoch():
         first, other, fillvalue=torch.empty(0, dtype=torch.int64)))
 
 
-def test_stream_with_dataloader_workers_splits_the_stream():
+def test_stream_with_dataloader_workers_gives_every_sample_once():
     lengths = np.random.default_rng(5).integers(1, 100, size=120).tolist()
     stream = PackedStream(tagged_samples(lengths), capacity=128, buffer_size=16)
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)

@@ -140,3 +140,26 @@ def test_normalisations_agree_for_equal_lengths():
     a = weighted_loss(logits, labels, built["loss_weight_per_token"][None])
     b = weighted_loss(logits, labels, built["loss_weight_per_sample"][None])
     assert a.item() == pytest.approx(b.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("normalization", ["token", "sample"])
+def test_data_parallel_loss_on_one_process_is_the_builders_weighting(rng, normalization):
+    """Without a process group, data_parallel_loss / global_count is the weighted loss with the
+    batch builder's weights, and count_targets counts what those weights spread over."""
+    from varpack.loss import count_targets, data_parallel_loss, global_count, weighted_loss
+
+    lengths = [1, 5, 9, 2, 17]
+    samples = [{"input_ids": rng.integers(0, 50, n).tolist(), "labels": [-100] * (n // 2) + rng.integers(0, 50, n - n // 2).tolist()}
+               for n in lengths]
+    batch = varpack.PackingCollator(return_loss_weights=True, loss_normalization=normalization)(samples)
+    logits = torch.randn(*batch["input_ids"].shape, 50, dtype=torch.float64)
+    count = global_count(batch, normalization)
+    segments = batch["cu_seq_lens_q"].diff().tolist()
+    labelled = [int((batch["labels"][0, a + 1:b] != -100).sum()) for a, b in
+                zip(batch["cu_seq_lens_q"][:-1].tolist(), batch["cu_seq_lens_q"][1:].tolist())]
+    assert len(segments) == len(lengths)
+    assert int(count) == int(count_targets(batch, normalization)) == (
+        sum(labelled) if normalization == "token" else sum(n > 0 for n in labelled))
+    got = data_parallel_loss(logits, batch["labels"], count, normalization=normalization,
+                             cu_seqlens=batch["cu_seq_lens_q"])
+    torch.testing.assert_close(got, weighted_loss(logits, batch["labels"], batch["loss_weight"]))
