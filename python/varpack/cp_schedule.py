@@ -1,0 +1,152 @@
+"""One schedule for data- and context-parallel ranks: documents longer than a rank's row go to
+context-parallel groups, the rest are packed into rows, and each step's ranks are loaded evenly
+under the cost model.
+
+    sched = cp_schedule(lengths, ranks=64, rows_per_rank=2, capacity=32768)
+    sched.for_rank(rank)   # per step: this rank's rows (plan row indices) and CP documents
+
+A document of L > capacity tokens runs zigzag-split over g ranks, g the least power of two with
+L / g <= capacity, doubled (up to `ranks`) while its share (alpha L + beta L^2) / g + overhead
+costs more than one sample of `capacity` tokens (the costliest row a rank can get; otherwise the
+quadratic term makes the CP shares the step's stragglers); each of the g ranks spends one of its rows_per_rank slots and
+carries that share plus `cp_overhead(L, g)` (the variant's exposed communication, default none). Groups are aligned blocks of g consecutive ranks, so every group is a row of a
+(ranks / g, g) DeviceMesh made once. The short documents are packed (varpack.plan, best-fit
+decreasing, shuffled) into rows of `capacity`. Items (rows and CP documents) are taken in a shuffled
+order, window_steps steps' worth at a time, sorted by per-rank cost and cut into steps first-fit by
+slots; within a step the CP documents are placed first (costliest first, on the aligned block
+whose busiest rank is least busy), then the rows, longest-processing-time first, each on the least
+loaded rank with a free slot.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .auto import ANCHOR_COST_MODEL, CostModel
+from .balance import row_costs
+from .packing import plan
+
+__all__ = ["CPSchedule", "CPWork", "cp_group_size", "cp_schedule"]
+
+
+def cp_group_size(length: int, capacity: int, ranks: int, model: CostModel | None = None) -> int:
+    """The least power of two g with length / g <= capacity (raises if more than `ranks`), raised
+    while its per-rank share costs more than a row of one `capacity`-token sample and g < ranks."""
+    model = model or ANCHOR_COST_MODEL
+    g = 1
+    while -(-length // g) > capacity:
+        g *= 2
+    if g > ranks:
+        raise ValueError(f"cp_schedule: a document of {length} tokens needs {g} ranks of {capacity} tokens, "
+                         f"more than the {ranks} ranks; raise capacity or ranks")
+    while 2 * g <= ranks and _doc_cost(length, g, model) > _doc_cost(capacity, 1, model) * (1 + 1e-9):
+        g *= 2
+    return g
+
+
+@dataclass(frozen=True)
+class CPWork:
+    """A context-parallel document in a step: document index, its group's first rank and size."""
+    doc: int
+    first_rank: int
+    size: int
+
+
+@dataclass
+class CPSchedule:
+    """rows: the plan of the short documents (their indices in plan.samples are into `short`).
+    short, long: document indices. steps[s]: (rows per rank: list of arrays of row indices,
+    CP documents: list of CPWork). predicted[s, r]: rank r's predicted time in step s."""
+    rows: object
+    short: np.ndarray
+    long: np.ndarray
+    steps: list = field(default_factory=list)
+    predicted: np.ndarray = None
+
+    def for_rank(self, rank: int) -> list:
+        """Per step: (this rank's row indices, [(CPWork, this rank's index in its group)])."""
+        out = []
+        for rows, cps in self.steps:
+            mine = [(w, rank - w.first_rank) for w in cps if w.first_rank <= rank < w.first_rank + w.size]
+            out.append((rows[rank], mine))
+        return out
+
+
+def _doc_cost(length: int, g: int, model: CostModel) -> float:
+    return model.overhead + (model.alpha * length + model.beta * float(length) ** 2) / g
+
+
+def cp_schedule(lengths, ranks: int, rows_per_rank: int, capacity: int, cost_model: CostModel | None = None,
+                window_steps: int = 16, seed: int = 0, cp_overhead=None) -> CPSchedule:
+    """The schedule of the module docstring. cp_overhead(length, g) -> seconds per rank added to
+    a CP document (e.g. varpack.cp_cost's exposed communication)."""
+    ranks, k, capacity = operator.index(ranks), operator.index(rows_per_rank), operator.index(capacity)
+    model = cost_model or ANCHOR_COST_MODEL
+    n = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    long = np.flatnonzero(n > capacity)
+    short = np.flatnonzero(n <= capacity)
+    rows = plan(n[short], capacity, shuffle=True, seed=seed)
+    costs = row_costs(rows, model)
+    # Items: (per-rank cost, slots, kind, index); kind 0 = row, 1 = CP document.
+    items = [(float(c), 1, 0, i) for i, c in enumerate(costs)]
+    for d in long:
+        g = cp_group_size(int(n[d]), capacity, ranks, model)
+        extra = cp_overhead(int(n[d]), g) if cp_overhead else 0.0
+        items.append((_doc_cost(int(n[d]), g, model) + extra, g, 1, int(d)))
+    order = np.random.default_rng(seed).permutation(len(items))
+    items = [items[i] for i in order]
+    slots = ranks * k
+    schedule = CPSchedule(rows, short, long)
+    loads = []
+    window = slots * max(1, window_steps)
+    start = 0
+    while start < len(items):
+        taken, used = [], 0
+        while start < len(items) and used + items[start][1] <= window:
+            taken.append(items[start])
+            used += items[start][1]
+            start += 1
+        if not taken:  # one document wider than a window: it gets its own
+            taken, start = [items[start]], start + 1
+        taken.sort(key=lambda it: (-it[0], it[2], it[3]))
+        while taken:
+            step, rest, free = [], [], slots
+            for it in taken:
+                if it[1] <= free:
+                    step.append(it)
+                    free -= it[1]
+                else:
+                    rest.append(it)
+            placed, load, left = _place(step, ranks, k)
+            taken = sorted(left + rest, key=lambda it: (-it[0], it[2], it[3]))
+            schedule.steps.append(placed)
+            loads.append(load)
+    schedule.predicted = np.array(loads).reshape(-1, ranks)
+    return schedule
+
+
+def _place(items, ranks: int, k: int):
+    load = np.zeros(ranks)
+    free = np.full(ranks, k)
+    rows = [[] for _ in range(ranks)]
+    cps, left = [], []
+    for item in items:  # costliest first
+        cost, g, kind, index = item
+        if kind == 1:
+            blocks = [b for b in range(0, ranks, g) if free[b:b + g].min() > 0]
+            if not blocks:  # no aligned block has a free slot on every rank: the next step
+                left.append(item)
+                continue
+            first = min(blocks, key=lambda b: (load[b:b + g].max(), b))
+            load[first:first + g] += cost
+            free[first:first + g] -= 1
+            cps.append(CPWork(index, first, g))
+    for cost, g, kind, index in items:
+        if kind == 0:
+            r = int(np.argmin(np.where(free > 0, load, np.inf)))
+            load[r] += cost
+            free[r] -= 1
+            rows[r].append(index)
+    return ([np.array(r, dtype=np.int64) for r in rows], cps), load, left

@@ -1,0 +1,39 @@
+"""The (dp, cp) schedule (varpack.cp_schedule): every document runs exactly once, long ones over an
+aligned power-of-two group whose ranks each hold at most a row's tokens, no rank takes more than its
+slots, and each step's predicted loads are nearly even."""
+import numpy as np
+import pytest
+
+from varpack.cp_schedule import cp_group_size, cp_schedule
+
+
+def test_every_document_once_in_aligned_groups_within_slots():
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(300), 1.2, size=3000), 1, 20000).astype(np.int64)
+    lengths[:5] = [0, 1, 4096, 4097, 16384]
+    sched = cp_schedule(lengths, ranks=8, rows_per_rank=2, capacity=4096, window_steps=4, seed=1)
+    seen = []
+    for s, (rows, cps) in enumerate(sched.steps):
+        slots = np.array([len(r) for r in rows])
+        for w in cps:
+            assert w.first_rank % w.size == 0 and w.size == cp_group_size(int(lengths[w.doc]), 4096, 8)
+            assert -(-lengths[w.doc] // w.size) <= 4096
+            slots[w.first_rank:w.first_rank + w.size] += 1
+            seen.append(int(w.doc))
+        assert slots.max() <= 2
+        for r in rows:
+            for row in r:
+                pieces = sched.rows.pieces[sched.rows.row_begin[row]:sched.rows.row_begin[row + 1]]
+                seen += sched.short[pieces[:, 0]].tolist()
+    assert sorted(seen) == np.flatnonzero(lengths > 0).tolist()  # the planner places no empty document
+    assert set(sched.long.tolist()) == set(np.flatnonzero(lengths > 4096).tolist())
+    full = [s for s, (rows, cps) in enumerate(sched.steps) if sum(map(len, rows)) + sum(w.size for w in cps) == 16]
+    loads = sched.predicted[full]
+    assert (loads.max(axis=1) / loads.mean(axis=1)).mean() < 1.1
+    mine = sched.for_rank(3)
+    assert len(mine) == len(sched.steps) and all(0 <= i < w.size for _, cps in mine for w, i in cps)
+
+
+def test_a_document_too_long_for_every_rank_is_refused():
+    with pytest.raises(ValueError, match="needs 8 ranks of 100 tokens, more than the 4 ranks"):
+        cp_schedule([50, 701], ranks=4, rows_per_rank=1, capacity=100)
