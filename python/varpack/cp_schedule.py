@@ -4,6 +4,7 @@ under the cost model.
 
     sched = cp_schedule(lengths, ranks=64, rows_per_rank=2, capacity=32768)
     sched.for_rank(rank)   # per step: this rank's rows (plan row indices) and CP documents
+    for step in rank_batches(sched, samples, rank): ...   # this rank's model inputs, step by step
 
 A document of L > capacity tokens runs zigzag-split over g ranks, g the least power of two with
 L / g <= capacity, doubled (up to `ranks`) while its share (alpha L + beta L^2) / g + overhead
@@ -25,10 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .auto import ANCHOR_COST_MODEL, CostModel
-from .balance import row_costs
-from .packing import plan
+from .balance import row_costs, select_rows
+from .packing import build_batch, plan
 
-__all__ = ["CPSchedule", "CPWork", "cp_group_size", "cp_schedule"]
+__all__ = ["CPSchedule", "CPWork", "cp_group_size", "cp_schedule", "rank_batches"]
 
 
 def cp_group_size(length: int, capacity: int, ranks: int, model: CostModel | None = None) -> int:
@@ -150,3 +151,34 @@ def _place(items, ranks: int, k: int):
             free[r] -= 1
             rows[r].append(index)
     return ([np.array(r, dtype=np.int64) for r in rows], cps), load, left
+
+
+class _Subset:
+    """samples[index[i]] as item i (the short documents, in the rows plan's sample numbering)."""
+
+    def __init__(self, samples, index):
+        self.samples, self.index = samples, index
+
+    def __len__(self):
+        return len(self.index)
+
+    def __getitem__(self, i):
+        return self.samples[int(self.index[i])]
+
+
+def rank_batches(schedule: CPSchedule, samples, rank: int):
+    """Rank `rank`'s part of each step: {"rows": build_batch of its rows (None without rows),
+    "cp": [(CPWork, cp_row_batch of its share)]}. The CP work's group is ranks
+    [first_rank, first_rank + size): a row of the (ranks / size, size) DeviceMesh."""
+    from .context_parallel import cp_layout, cp_row_batch
+    from .cp_layout import SPLIT
+
+    short = _Subset(samples, schedule.short)
+    for rows, cps in schedule.for_rank(rank):
+        batch = build_batch(select_rows(schedule.rows, rows), short) if len(rows) else None
+        shares = []
+        for work, index in cps:
+            doc = np.asarray(samples[work.doc])
+            layout = cp_layout([0, len(doc)], work.size, owner=[SPLIT])
+            shares.append((work, cp_row_batch(doc, [0, len(doc)], layout, index)))
+        yield {"rows": batch, "cp": shares}

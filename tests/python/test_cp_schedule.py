@@ -37,3 +37,32 @@ def test_every_document_once_in_aligned_groups_within_slots():
 def test_a_document_too_long_for_every_rank_is_refused():
     with pytest.raises(ValueError, match="needs 8 ranks of 100 tokens, more than the 4 ranks"):
         cp_schedule([50, 701], ranks=4, rows_per_rank=1, capacity=100)
+
+
+def test_the_ranks_parts_hold_every_token_once():
+    from varpack.cp_schedule import rank_batches
+    from varpack.context_parallel import CPLayout
+    rng = np.random.default_rng(2)
+    lengths = np.array([3, 700, 40, 90, 260, 5, 77, 1000, 64, 12])
+    samples = [rng.integers(0, 1000, size=n) for n in lengths]
+    sched = cp_schedule(lengths, ranks=4, rows_per_rank=2, capacity=256, window_steps=2)
+    tokens = {d: [] for d in range(len(lengths))}
+    for rank in range(4):
+        for step in rank_batches(sched, samples, rank):
+            if step["rows"] is not None:
+                ids, cu = step["rows"]["input_ids"], step["rows"]["cu_seqlens"]
+                for s, a, b in zip(step["rows"]["segment_sample"], cu[:-1], cu[1:]):
+                    tokens[int(sched.short[s])].append(ids[a:b])
+            for work, batch in step["cp"]:
+                layout = CPLayout.decode(batch["cp_layout"])
+                order = layout.global_index(rank - work.first_rank)
+                tokens[work.doc].append((order, batch["input_ids"][0]))
+    for d, parts in tokens.items():
+        if lengths[d] > 256:
+            whole = np.zeros(lengths[d], dtype=np.int64)
+            for order, ids in parts:
+                whole[order] = ids.numpy()
+            assert sum(len(o) for o, _ in parts) == lengths[d]
+        else:
+            whole = np.concatenate([p.numpy() for p in parts])
+        assert np.array_equal(whole, samples[d])
