@@ -18,7 +18,7 @@ import time
 import torch
 
 import varpack
-from varpack.cp_kernels import attend, attend_backward, finish, plan_calls
+from varpack.cp_kernels import Merged, attend, attend_backward, plan_calls
 from varpack.cp_layout import SPLIT, cp_layout
 from varpack.cp_variants import canonical
 
@@ -44,12 +44,11 @@ def rank_work(layout, rank, q, k, v, dout, sources, scale, keep):
     """One rank's forward + backward kernel work: its queries against the K/V of `sources`
     (a list of (pieces, k, v) buffers), merged; the backward from the merged result."""
     ql, dl = layout.shard(q, rank), layout.shard(dout, rank)
-    out = torch.zeros(ql.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full((ql.shape[1], ql.shape[0]), float("-inf"), device=q.device)
+    merged = Merged(ql)
     mine = layout.pieces[rank]
     for pieces, kb, vb in sources:
-        attend(ql, kb, vb, plan_calls(mine, pieces, -1, 0), scale, 0.0, out, lse)
-    out, lse = finish(out, lse, q.dtype)
+        attend(ql, kb, vb, plan_calls(mine, pieces, -1, 0), scale, 0.0, merged)
+    out, lse = merged.result(q.dtype)
     dq = torch.zeros(ql.shape, dtype=torch.float32, device=q.device)
     for pieces, kb, vb in sources:
         dk = torch.zeros(kb.shape, dtype=torch.float32, device=q.device)

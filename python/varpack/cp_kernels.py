@@ -22,7 +22,7 @@ import torch
 
 from . import _C  # noqa: F401  registers torch.ops.varpack
 
-__all__ = ["Call", "attend", "attend_backward", "plan_calls"]
+__all__ = ["Call", "Merged", "attend", "attend_backward", "plan_calls"]
 
 
 @dataclass
@@ -97,27 +97,44 @@ def _cu(call: Call, device):
             torch.tensor(call.cu_k, dtype=torch.int32, device=device))
 
 
-def attend(q, k, v, calls, scale: float, softcap: float, out, lse) -> None:
-    """Merges the calls' partial attention into out (rows, heads, d; fp32) and lse (heads, rows;
-    fp32, -inf where nothing was seen yet), in place."""
+class Merged:
+    """The running merge of one query buffer's partial results: out (rows, heads, d; fp32) and lse
+    (heads, rows; fp32, -inf where nothing was seen yet). Rows no earlier call touched are written
+    as they come (exact, and no exp); only rows seen before are merged by their LSE."""
+
+    def __init__(self, q: torch.Tensor):
+        self.out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        self.lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        self.covered = []
+
+    def add(self, q0: int, q1: int, o: torch.Tensor, l: torch.Tensor) -> None:
+        l = torch.where(l == float("inf"), float("-inf"), l)
+        if not any(a < q1 and q0 < b for a, b in self.covered):
+            self.out[q0:q1] = o
+            self.lse[:, q0:q1] = l
+        else:
+            old_lse, old_out = self.lse[:, q0:q1], self.out[q0:q1]
+            new = torch.logaddexp(old_lse, l)
+            base = torch.where(torch.isinf(new), 0.0, new)
+            w_old = torch.exp(old_lse - base).transpose(0, 1).unsqueeze(-1)
+            w_new = torch.exp(l - base).transpose(0, 1).unsqueeze(-1)
+            self.out[q0:q1] = old_out * w_old + o.float() * w_new
+            self.lse[:, q0:q1] = new
+        self.covered.append((q0, q1))
+
+    def result(self, dtype):
+        """out in `dtype` and lse in the kernel's convention (+inf where no key was seen)."""
+        return self.out.to(dtype), torch.where(self.lse == float("-inf"), float("inf"), self.lse)
+
+
+def attend(q, k, v, calls, scale: float, softcap: float, merged: Merged) -> None:
+    """Runs the calls and merges their partial attention into `merged`."""
     for c in calls:
         cu_q, cu_k = _cu(c, q.device)
         o, l = torch.ops.varpack.varlen_fwd(q[c.q0:c.q1], k[c.k0:c.k1], v[c.k0:c.k1], cu_q, cu_k,
                                             _lengths(c.cu_q), _lengths(c.cu_k), scale, False, c.left, c.right,
                                             softcap)
-        l = torch.where(l == float("inf"), float("-inf"), l)
-        old_lse, old_out = lse[:, c.q0:c.q1], out[c.q0:c.q1]
-        new = torch.logaddexp(old_lse, l)
-        base = torch.where(torch.isinf(new), 0.0, new)
-        w_old = torch.exp(old_lse - base).transpose(0, 1).unsqueeze(-1)
-        w_new = torch.exp(l - base).transpose(0, 1).unsqueeze(-1)
-        out[c.q0:c.q1] = old_out * w_old + o.float() * w_new
-        lse[:, c.q0:c.q1] = new
-
-
-def finish(out, lse, dtype):
-    """The merged result in the kernel's convention: out in `dtype`, lse +inf where no key was seen."""
-    return out.to(dtype), torch.where(lse == float("-inf"), float("inf"), lse)
+        merged.add(c.q0, c.q1, o, l)
 
 
 def attend_backward(dout, q, k, v, out, lse, calls, scale: float, softcap: float, deterministic: bool,
@@ -126,7 +143,8 @@ def attend_backward(dout, q, k, v, out, lse, calls, scale: float, softcap: float
     for c in calls:
         cu_q, cu_k = _cu(c, q.device)
         rq, rk = slice(c.q0, c.q1), slice(c.k0, c.k1)
-        gq, gk, gv = torch.ops.varpack.varlen_bwd(dout[rq], q[rq], k[rk], v[rk], out[rq], lse[:, rq], cu_q, cu_k,
+        gq, gk, gv = torch.ops.varpack.varlen_bwd(dout[rq], q[rq], k[rk], v[rk], out[rq], lse[:, rq].contiguous(),
+                                                  cu_q, cu_k,
                                                   _lengths(c.cu_q), _lengths(c.cu_k), scale, False, c.left,
                                                   c.right, softcap, deterministic)
         dq[rq] += gq

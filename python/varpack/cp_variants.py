@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .cp_kernels import attend, attend_backward, finish, plan_calls
+from .cp_kernels import Merged, attend, attend_backward, plan_calls
 from .cp_layout import CPLayout, Piece
 
 __all__ = ["Mask", "cp_backward", "cp_forward"]
@@ -135,9 +135,9 @@ def _gather_rows(comm, layout, x):
 def allgather_forward(comm, layout, q, k, v, mask):
     kv, _, pieces = _gather_rows(comm, layout, torch.stack([k, v], dim=1))
     calls = plan_calls(layout.pieces[comm.rank], pieces, mask[0], mask[1])
-    out, lse = _empty_result(q)
-    attend(q, kv[:, 0], kv[:, 1], calls, mask[2], mask[3], out, lse)
-    return finish(out, lse, q.dtype)
+    merged = Merged(q)
+    attend(q, kv[:, 0], kv[:, 1], calls, mask[2], mask[3], merged)
+    return merged.result(q.dtype)
 
 
 def allgather_backward(comm, layout, dout, q, k, v, out, lse, mask, deterministic, head_groups):
@@ -162,12 +162,6 @@ def allgather_backward(comm, layout, dout, q, k, v, out, lse, mask, deterministi
     return dq.to(q.dtype), dkv[:, 0].to(k.dtype), dkv[:, 1].to(v.dtype)
 
 
-def _empty_result(q):
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
-    return out, lse
-
-
 # ---------------------------------------------------------------- ring
 
 KV_TAG, DKV_TAG = 1, 2
@@ -177,7 +171,7 @@ def ring_forward(comm, q, k, v, q_pieces, block_pieces, ring, mask):
     """Attention of q (q_pieces) over the K/V buffers of the ring's members (group ranks `ring`,
     block_pieces[j] the pieces of member j's buffer, this rank's k, v among them)."""
     me, p = ring.index(comm.rank), len(ring)
-    out, lse = _empty_result(q)
+    merged = Merged(q)
     kv = torch.stack([k, v])
     for t in range(p):
         reqs = []
@@ -185,12 +179,12 @@ def ring_forward(comm, q, k, v, q_pieces, block_pieces, ring, mask):
             incoming = torch.empty_like(kv)
             reqs = comm.start([(True, kv, ring[(me + 1) % p], KV_TAG), (False, incoming, ring[(me - 1) % p], KV_TAG)])
         calls = plan_calls(q_pieces, block_pieces[(me - t) % p], mask[0], mask[1])
-        attend(q, kv[0], kv[1], calls, mask[2], mask[3], out, lse)
+        attend(q, kv[0], kv[1], calls, mask[2], mask[3], merged)
         for req in reqs:
             req.wait()
         if t < p - 1:
             kv = incoming
-    return finish(out, lse, q.dtype)
+    return merged.result(q.dtype)
 
 
 def ring_backward(comm, dout, q, k, v, out, lse, q_pieces, block_pieces, ring, mask, deterministic):

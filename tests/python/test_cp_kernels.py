@@ -8,7 +8,7 @@ import torch
 
 import varpack
 from varpack.cp_cost import choose_variant, pairs, variant_costs
-from varpack.cp_kernels import attend, attend_backward, finish, plan_calls
+from varpack.cp_kernels import Merged, attend, attend_backward, plan_calls
 from varpack.cp_layout import SPLIT, cp_layout
 
 # (causal, window, softcap)
@@ -62,13 +62,12 @@ def test_blockwise_attention_merged_by_lse_equals_the_whole_row(mask, cp, heads,
     dk_sum = [torch.zeros(n, kv_heads, 8) for _ in range(2)]
     for rank in range(cp):
         ql = layout.shard(q, rank)
-        acc_out = torch.zeros(ql.shape)
-        acc_lse = torch.full((heads, ql.shape[0]), float("-inf"))
+        merged = Merged(ql)
         for src in range(cp):  # the ring's blocks, in the order rank `rank` sees them
             block = (rank - src) % cp
             calls = plan_calls(layout.pieces[rank], layout.pieces[block], left, right)
-            attend(ql, layout.shard(k, block), layout.shard(v, block), calls, 8 ** -0.5, softcap, acc_out, acc_lse)
-        out, lse = finish(acc_out, acc_lse, q.dtype)
+            attend(ql, layout.shard(k, block), layout.shard(v, block), calls, 8 ** -0.5, softcap, merged)
+        out, lse = merged.result(q.dtype)
         outs.append(out)
         lses.append(lse.t())
         dq = torch.zeros(ql.shape)
