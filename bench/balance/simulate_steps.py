@@ -100,7 +100,7 @@ def dpcp_line(lengths, args, ranks, model, noise, rng, allreduce):
     predicted_rows = varpack.row_costs(sched.rows, model)
     true_rows = predicted_rows * np.maximum(0.05, 1 + noise * rng.standard_normal(len(predicted_rows)))
     loads = np.zeros((len(sched.steps), ranks))
-    for s, (rows, cps) in enumerate(sched.steps):
+    for s, (rows, cps, _) in enumerate(sched.steps):
         for r, mine in enumerate(rows):
             loads[s, r] = true_rows[mine].sum()
         for w in cps:
@@ -109,8 +109,7 @@ def dpcp_line(lengths, args, ranks, model, noise, rng, allreduce):
             loads[s, w.first_rank:w.first_rank + w.size] += (
                 base * np.maximum(0.05, 1 + noise * rng.standard_normal(w.size)) + exposed(n, w.size))
     # Drop the trailing partial steps, as drop_last does for the baselines.
-    full = [s for s in range(len(sched.steps)) if sum(len(r) for r in sched.steps[s][0]) +
-            sum(w.size for w in sched.steps[s][1]) == ranks * args.k]
+    full = [s for s in range(len(sched.steps)) if (sched.steps[s][2] != -1).all()]
     return scored(loads[full], allreduce) + (len(full),), len(sched.long)
 
 

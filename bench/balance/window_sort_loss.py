@@ -61,10 +61,15 @@ def main() -> None:
     print("|---|---|" + "---|" * (args.steps // args.eval_every + 1))
     for seed in (int(s) for s in args.seeds.split(",")):
         rng = np.random.default_rng(seed)
-        count = int(args.steps * args.ranks * args.capacity * 1.2 / 250)
-        lengths = np.clip(np.rint(rng.lognormal(np.log(150), 1.0, size=count)), 16, args.capacity).astype(np.int64)
+        def draw(size):
+            return np.clip(np.rint(rng.lognormal(np.log(150), 1.0, size=size)), 16, args.capacity).astype(np.int64)
+
+        count = int(args.steps * args.ranks * args.capacity * 1.1 / draw(20000).mean()) + 1
+        lengths = draw(count)
         samples = corpus.cut(lengths.tolist(), "train", rng.integers(0, len(corpus.train), size=count))
         plan = varpack.plan(lengths, args.capacity, shuffle=True, seed=seed)
+        if plan.num_rows < args.steps * args.ranks:
+            raise RuntimeError(f"{plan.num_rows} rows for {args.steps} steps of {args.ranks}; draw more samples")
         costs = varpack.row_costs(plan, ANCHOR_COST_MODEL)
         orders = {"random (round robin)": varpack.balance_rows(costs, args.ranks, 1, method="round_robin"),
                   f"window-sorted (LPT, W={args.window})": varpack.balance_rows(costs, args.ranks, 1, method="lpt",

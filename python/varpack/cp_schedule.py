@@ -15,8 +15,10 @@ carries that share plus `cp_overhead(L, g)` (the variant's exposed communication
 decreasing, shuffled) into rows of `capacity`. Items (rows and CP documents) are taken in a shuffled
 order, window_steps steps' worth at a time, sorted by per-rank cost and cut into steps first-fit by
 slots; within a step the CP documents are placed first (costliest first, on the aligned block
-whose busiest rank is least busy), then the rows, longest-processing-time first, each on the least
-loaded rank with a free slot.
+and slot, free on all the block's ranks, whose busiest rank is least busy), then the rows,
+longest-processing-time first, each in the first free slot of the least loaded rank with one. A
+CP document runs in the same slot on all its ranks, and every rank has rows_per_rank slots (idle
+ones included), so the ranks' collectives line up slot by slot.
 """
 from __future__ import annotations
 
@@ -49,17 +51,20 @@ def cp_group_size(length: int, capacity: int, ranks: int, model: CostModel | Non
 
 @dataclass(frozen=True)
 class CPWork:
-    """A context-parallel document in a step: document index, its group's first rank and size."""
+    """A context-parallel document in a step: document index, its group's first rank and size,
+    and the slot (0..rows_per_rank-1) every rank of the group runs it in."""
     doc: int
     first_rank: int
     size: int
+    slot: int
 
 
 @dataclass
 class CPSchedule:
     """rows: the plan of the short documents (their indices in plan.samples are into `short`).
     short, long: document indices. steps[s]: (rows per rank: list of arrays of row indices,
-    CP documents: list of CPWork). predicted[s, r]: rank r's predicted time in step s."""
+    CP documents: list of CPWork, slots: int64 [ranks, rows_per_rank] with a row index, -1 idle or
+    -2 - j for CP document j). predicted[s, r]: rank r's predicted time in step s."""
     rows: object
     short: np.ndarray
     long: np.ndarray
@@ -67,11 +72,22 @@ class CPSchedule:
     predicted: np.ndarray = None
 
     def for_rank(self, rank: int) -> list:
-        """Per step: (this rank's row indices, [(CPWork, this rank's index in its group)])."""
+        """Per step, this rank's slots in order: ("row", row index), ("cp", CPWork, this rank's
+        index in its group) or ("idle",). Every rank runs the same number of slots, and a CP
+        document's ranks run it in the same slot, so collectives line up (an idle slot still has
+        to take part in the data-parallel ones, e.g. FSDP's, with an empty forward)."""
         out = []
-        for rows, cps in self.steps:
-            mine = [(w, rank - w.first_rank) for w in cps if w.first_rank <= rank < w.first_rank + w.size]
-            out.append((rows[rank], mine))
+        for _, cps, slots in self.steps:
+            mine = []
+            for value in slots[rank]:
+                if value >= 0:
+                    mine.append(("row", int(value)))
+                elif value == -1:
+                    mine.append(("idle",))
+                else:
+                    work = cps[-2 - value]
+                    mine.append(("cp", work, rank - work.first_rank))
+            out.append(mine)
         return out
 
 
@@ -130,27 +146,27 @@ def cp_schedule(lengths, ranks: int, rows_per_rank: int, capacity: int, cost_mod
 
 def _place(items, ranks: int, k: int):
     load = np.zeros(ranks)
-    free = np.full(ranks, k)
-    rows = [[] for _ in range(ranks)]
+    slots = np.full((ranks, k), -1, dtype=np.int64)
     cps, left = [], []
     for item in items:  # costliest first
         cost, g, kind, index = item
         if kind == 1:
-            blocks = [b for b in range(0, ranks, g) if free[b:b + g].min() > 0]
-            if not blocks:  # no aligned block has a free slot on every rank: the next step
+            places = [(b, s) for b in range(0, ranks, g) for s in range(k) if (slots[b:b + g, s] == -1).all()]
+            if not places:  # no aligned block has one slot free on all its ranks: the next step
                 left.append(item)
                 continue
-            first = min(blocks, key=lambda b: (load[b:b + g].max(), b))
+            first, slot = min(places, key=lambda p: (load[p[0]:p[0] + g].max(), p))
             load[first:first + g] += cost
-            free[first:first + g] -= 1
-            cps.append(CPWork(index, first, g))
+            slots[first:first + g, slot] = -2 - len(cps)
+            cps.append(CPWork(index, first, g, slot))
     for cost, g, kind, index in items:
         if kind == 0:
-            r = int(np.argmin(np.where(free > 0, load, np.inf)))
+            free = (slots == -1).any(axis=1)
+            r = int(np.argmin(np.where(free, load, np.inf)))
             load[r] += cost
-            free[r] -= 1
-            rows[r].append(index)
-    return ([np.array(r, dtype=np.int64) for r in rows], cps), load, left
+            slots[r, int(np.argmax(slots[r] == -1))] = index
+    rows = [r[r >= 0] for r in slots]
+    return (rows, cps, slots), load, left
 
 
 class _Subset:
@@ -167,18 +183,23 @@ class _Subset:
 
 
 def rank_batches(schedule: CPSchedule, samples, rank: int):
-    """Rank `rank`'s part of each step: {"rows": build_batch of its rows (None without rows),
-    "cp": [(CPWork, cp_row_batch of its share)]}. The CP work's group is ranks
-    [first_rank, first_rank + size): a row of the (ranks / size, size) DeviceMesh."""
+    """Rank `rank`'s part of each step, slot by slot (CPSchedule.for_rank): ("row", build_batch of
+    the row), ("cp", CPWork, cp_row_batch of its share) or ("idle", None). A CP document's group
+    is ranks [first_rank, first_rank + size): a row of the (ranks / size, size) DeviceMesh."""
     from .context_parallel import cp_layout, cp_row_batch
     from .cp_layout import SPLIT
 
     short = _Subset(samples, schedule.short)
-    for rows, cps in schedule.for_rank(rank):
-        batch = build_batch(select_rows(schedule.rows, rows), short) if len(rows) else None
-        shares = []
-        for work, index in cps:
-            doc = np.asarray(samples[work.doc])
-            layout = cp_layout([0, len(doc)], work.size, owner=[SPLIT])
-            shares.append((work, cp_row_batch(doc, [0, len(doc)], layout, index)))
-        yield {"rows": batch, "cp": shares}
+    for slots in schedule.for_rank(rank):
+        step = []
+        for entry in slots:
+            if entry[0] == "row":
+                step.append(("row", build_batch(select_rows(schedule.rows, [entry[1]]), short)))
+            elif entry[0] == "cp":
+                work, index = entry[1], entry[2]
+                doc = np.asarray(samples[work.doc])
+                layout = cp_layout([0, len(doc)], work.size, owner=[SPLIT])
+                step.append(("cp", work, cp_row_batch(doc, [0, len(doc)], layout, index)))
+            else:
+                step.append(("idle", None))
+        yield step

@@ -13,25 +13,26 @@ def test_every_document_once_in_aligned_groups_within_slots():
     lengths[:5] = [0, 1, 4096, 4097, 16384]
     sched = cp_schedule(lengths, ranks=8, rows_per_rank=2, capacity=4096, window_steps=4, seed=1)
     seen = []
-    for s, (rows, cps) in enumerate(sched.steps):
-        slots = np.array([len(r) for r in rows])
-        for w in cps:
+    for s, (rows, cps, slots) in enumerate(sched.steps):
+        assert slots.shape == (8, 2)
+        for j, w in enumerate(cps):
             assert w.first_rank % w.size == 0 and w.size == cp_group_size(int(lengths[w.doc]), 4096, 8)
             assert -(-lengths[w.doc] // w.size) <= 4096
-            slots[w.first_rank:w.first_rank + w.size] += 1
+            assert (slots[w.first_rank:w.first_rank + w.size, w.slot] == -2 - j).all()  # one slot on all
+            assert (slots == -2 - j).sum() == w.size
             seen.append(int(w.doc))
-        assert slots.max() <= 2
         for r in rows:
             for row in r:
                 pieces = sched.rows.pieces[sched.rows.row_begin[row]:sched.rows.row_begin[row + 1]]
                 seen += sched.short[pieces[:, 0]].tolist()
     assert sorted(seen) == np.flatnonzero(lengths > 0).tolist()  # the planner places no empty document
     assert set(sched.long.tolist()) == set(np.flatnonzero(lengths > 4096).tolist())
-    full = [s for s, (rows, cps) in enumerate(sched.steps) if sum(map(len, rows)) + sum(w.size for w in cps) == 16]
+    full = [s for s, (_, _, slots) in enumerate(sched.steps) if (slots != -1).all()]
     loads = sched.predicted[full]
     assert (loads.max(axis=1) / loads.mean(axis=1)).mean() < 1.1
     mine = sched.for_rank(3)
-    assert len(mine) == len(sched.steps) and all(0 <= i < w.size for _, cps in mine for w, i in cps)
+    assert len(mine) == len(sched.steps) and all(len(step) == 2 for step in mine)
+    assert all(0 <= e[2] < e[1].size for step in mine for e in step if e[0] == "cp")
 
 
 def test_a_document_too_long_for_every_rank_is_refused():
@@ -49,14 +50,17 @@ def test_the_ranks_parts_hold_every_token_once():
     tokens = {d: [] for d in range(len(lengths))}
     for rank in range(4):
         for step in rank_batches(sched, samples, rank):
-            if step["rows"] is not None:
-                ids, cu = step["rows"]["input_ids"], step["rows"]["cu_seqlens"]
-                for s, a, b in zip(step["rows"]["segment_sample"], cu[:-1], cu[1:]):
-                    tokens[int(sched.short[s])].append(ids[a:b])
-            for work, batch in step["cp"]:
-                layout = CPLayout.decode(batch["cp_layout"])
-                order = layout.global_index(rank - work.first_rank)
-                tokens[work.doc].append((order, batch["input_ids"][0]))
+            assert len(step) == 2
+            for entry in step:
+                if entry[0] == "row":
+                    ids, cu = entry[1]["input_ids"], entry[1]["cu_seqlens"]
+                    for s, a, b in zip(entry[1]["segment_sample"], cu[:-1], cu[1:]):
+                        tokens[int(sched.short[s])].append(ids[a:b])
+                elif entry[0] == "cp":
+                    work, batch = entry[1], entry[2]
+                    layout = CPLayout.decode(batch["cp_layout"])
+                    order = layout.global_index(rank - work.first_rank)
+                    tokens[work.doc].append((order, batch["input_ids"][0]))
     for d, parts in tokens.items():
         if lengths[d] > 256:
             whole = np.zeros(lengths[d], dtype=np.int64)
