@@ -70,3 +70,82 @@ def test_the_ranks_parts_hold_every_token_once():
         else:
             whole = np.concatenate([p.numpy() for p in parts])
         assert np.array_equal(whole, samples[d])
+
+
+# ---------------------------------------------------------------- the schedule run on 4 processes
+
+DOCS = [30, 200, 45, 90, 12, 400, 60, 25, 110, 7]
+
+
+def doc_samples():
+    rng = np.random.default_rng(5)
+    return [rng.integers(0, 64, size=n) for n in DOCS]
+
+
+def scheduled_step_on_rank(rank, world):
+    """One training step of the schedule's slots under FSDP2, CP documents over their blocks."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    import varpack
+    from test_cp_variants import TinyModel
+    from varpack.context_parallel import cp_varlen_attention
+    from varpack.cp_schedule import rank_batches
+
+    sched = cp_schedule(DOCS, ranks=world, rows_per_rank=2, capacity=128, window_steps=2)
+    groups = {(b, g): dist.new_group(list(range(b, b + g))) for g in (2, 4) for b in range(0, world, g)}
+    model = TinyModel()
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    ce = torch.nn.functional.cross_entropy
+    total = torch.zeros(())
+    for step in rank_batches(sched, doc_samples(), rank):
+        for entry in step:
+            if entry[0] == "row":
+                batch = entry[1]
+                cu, longest = batch["cu_seqlens"], batch["max_seqlen"]
+
+                def attention(q, k, v, cu=cu, longest=longest):
+                    return varpack.flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
+
+                targets = torch.cat([batch["labels"][1:], torch.tensor([-100])])
+                loss = ce(model(batch["input_ids"], attention), targets, reduction="sum")
+            elif entry[0] == "cp":
+                work, batch = entry[1], entry[2]
+
+                def attention(q, k, v, code=batch["cp_layout"], group=groups[(work.first_rank, work.size)]):
+                    return cp_varlen_attention(q, k, v, code, group=group)
+
+                loss = ce(model(batch["input_ids"][0], attention), batch["shift_labels"][0], reduction="sum")
+            else:  # idle: a forward and backward all the same, for FSDP's collectives
+                loss = model(torch.zeros(1, dtype=torch.long), lambda q, k, v: v.repeat_interleave(2, 1)).sum() * 0
+            loss.backward()
+            total += loss.detach()
+    dist.all_reduce(total)
+    # FSDP2 averages over the ranks; the step's loss is a sum over them.
+    return float(total), torch.cat([p.grad.full_tensor().reshape(-1) for p in model.parameters()]) * world
+
+
+def test_the_schedule_trains_like_one_process(tmp_path):
+    import torch
+    import varpack
+    from multiprocess import run_ranks
+    from test_cp_variants import TinyModel
+
+    results = run_ranks(scheduled_step_on_rank, 4, tmp_path)
+    model = TinyModel()
+    total = torch.zeros(())
+    for doc in doc_samples():
+        ids = torch.as_tensor(doc)
+        cu = torch.tensor([0, len(doc)], dtype=torch.int32)
+        logits = model(ids, lambda q, k, v: varpack.flash_attn_varlen_func(q, k, v, cu, cu, len(doc), len(doc),
+                                                                          causal=True))
+        loss = torch.nn.functional.cross_entropy(logits[:-1], ids[1:], reduction="sum")
+        loss.backward()
+        total += loss.detach()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    for loss, rank_grads in results:
+        assert loss == pytest.approx(float(total), rel=1e-5)
+        torch.testing.assert_close(rank_grads, grads, rtol=1e-4, atol=1e-5)
