@@ -151,11 +151,16 @@ def _place(items, ranks: int, k: int):
     for item in items:  # costliest first
         cost, g, kind, index = item
         if kind == 1:
-            places = [(b, s) for b in range(0, ranks, g) for s in range(k) if (slots[b:b + g, s] == -1).all()]
-            if not places:  # no aligned block has one slot free on all its ranks: the next step
+            # Blocks x slots free on all the block's ranks; the least busy block, then the lowest.
+            blocks = ranks // g
+            free = (slots[:blocks * g] == -1).reshape(blocks, g, k).all(axis=1)
+            busiest = load[:blocks * g].reshape(blocks, g).max(axis=1)
+            scores = np.where(free, busiest[:, None], np.inf)
+            best = int(np.argmin(scores))
+            if not np.isfinite(scores.flat[best]):  # no block has a slot free on all its ranks: next step
                 left.append(item)
                 continue
-            first, slot = min(places, key=lambda p: (load[p[0]:p[0] + g].max(), p))
+            first, slot = best // k * g, best % k
             load[first:first + g] += cost
             slots[first:first + g, slot] = -2 - len(cps)
             cps.append(CPWork(index, first, g, slot))
