@@ -6,7 +6,7 @@ window). Each step trains on all ranks' rows at once (what data parallelism with
 normalisation computes). Printed: the held-out loss every --eval-every steps for both orders and
 each seed; the seeds' spread is the noise to compare the orders' difference against.
 
-    python bench/balance/window_sort_loss.py                 # 200 steps, 2 seeds
+    python bench/balance/window_sort_loss.py                 # 150 steps, 2 seeds
 """
 from __future__ import annotations
 
@@ -40,29 +40,30 @@ def step_batch(plan, rows, samples) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--capacity", type=int, default=512)
+    parser.add_argument("--capacity", type=int, default=256)
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--hidden", type=int, default=64)
     args = parser.parse_args()
     torch.set_num_threads(1)  # the machine is shared; one thread is as fast under load
     varpack.hf.register()
     corpus = Corpus()
     device = torch.device("cpu")
     rng = np.random.default_rng(1234)
-    heldout = corpus.cut([512] * 16, "heldout", rng.integers(0, len(corpus.heldout), size=16))
-    print(f"cpu, Llama 2 x 128 (4 heads), byte tokens of the stdlib corpus; {args.ranks} ranks x 1 row of "
-          f"{args.capacity} per step, {args.steps} steps, window {args.window}, held-out loss on 16 x 512 tokens\n")
+    heldout = corpus.cut([256] * 16, "heldout", rng.integers(0, len(corpus.heldout), size=16))
+    print(f"cpu, Llama 2 x {args.hidden} (4 heads), byte tokens of the stdlib corpus; {args.ranks} ranks x 1 row of "
+          f"{args.capacity} per step, {args.steps} steps, window {args.window}, held-out loss on 16 x 256 tokens\n")
     print("| seed | order | " + " | ".join(f"step {s}" for s in range(args.eval_every, args.steps + 1,
                                                                      args.eval_every)) + " | train s |")
     print("|---|---|" + "---|" * (args.steps // args.eval_every + 1))
     for seed in (int(s) for s in args.seeds.split(",")):
         rng = np.random.default_rng(seed)
         def draw(size):
-            return np.clip(np.rint(rng.lognormal(np.log(150), 1.0, size=size)), 16, args.capacity).astype(np.int64)
+            return np.clip(np.rint(rng.lognormal(np.log(80), 1.0, size=size)), 16, args.capacity).astype(np.int64)
 
         count = int(args.steps * args.ranks * args.capacity * 1.1 / draw(20000).mean()) + 1
         lengths = draw(count)
@@ -74,9 +75,9 @@ def main() -> None:
         orders = {"random (round robin)": varpack.balance_rows(costs, args.ranks, 1, method="round_robin"),
                   f"window-sorted (LPT, W={args.window})": varpack.balance_rows(costs, args.ranks, 1, method="lpt",
                                                                                window_steps=args.window)}
-        model = make_model(2, 128, 4, 256, args.capacity * args.ranks, device, seed)
+        model = make_model(2, args.hidden, 4, 2 * args.hidden, args.capacity * args.ranks, device, seed)
         model.config._attn_implementation = "varpack"
-        eval_batch = step_batch(varpack.plan([len(s) for s in heldout], 512), range(16), heldout)
+        eval_batch = step_batch(varpack.plan([len(s) for s in heldout], 256), range(16), heldout)
         trainer = Trainer(model, args.lr, device, warmup=20, total=args.steps)  # keeps the initial weights
         for name, balance in orders.items():
             trainer.reset()
