@@ -1,33 +1,25 @@
-"""Context parallelism: one long causal sample's attention split over the ranks of a process group.
+"""Context parallelism: a packed row of documents (or one long sample) whose attention is split over
+the ranks of a process group.
 
-A sample longer than one GPU holds is cut into 2 * CP chunks of C tokens (zigzag split): rank r
-holds chunks r and 2*CP-1-r, concatenated, as its 2C local tokens. Under a causal mask chunk i
-attends to i + 1 chunks of keys, so every rank's share is (r + 1) + (2*CP - r) = 2*CP + 1 chunk
-pairs: even, which a contiguous split (rank r: chunks 2r, 2r+1) is not.
+    layout = cp_layout(cu_seqlens, cp)                        # varpack.cp_layout: who holds what
+    q = layout.shard(q_row, rank)                             # this rank's tokens (also k, v)
+    out = cp_varlen_attention(q, k, v, layout, group=cp_group, causal=True, variant="ring")
+    batch = cp_row_batch(input_ids, cu_seqlens, layout, rank) # model inputs for register_hf
 
-    split = varpack.context_parallel.split_long_samples(lengths, capacity=16384, cp=2)
-    batch = varpack.context_parallel.cp_sample_batch(sample, cp, rank)  # this rank's tokens
-    out = varpack.context_parallel.cp_attention(q, k, v, group=cp_group)  # (2C, heads, d)
+A document long enough is cut into 2 * CP chunks (zigzag): rank r holds chunks r and 2CP-1-r, so
+causal work is even; shorter documents stay whole on one rank. cp_varlen_attention equals
+flash_attn_varlen_func on the whole row (causal or not, sliding window, softcap, GQA / MQA) for
+this rank's rows, with gradients, through one of three variants (varpack.cp_variants: allgather,
+ring, Ulysses and its ring hybrid; varpack.cp_cost.choose_variant picks one). It is a torch custom
+operator, so torch.compile(fullgraph=True) traces it without a break; FSDP2 and activation
+checkpointing see an ordinary operator. Before its first collective every call all-gathers a
+small descriptor of each rank's arguments (check_preconditions), so ranks that disagree get one
+ValueError each instead of a hang or a gloo abort.
 
-For a Hugging Face model: register_hf() registers cp_attention as attn_implementation
-"varpack_cp"; the model then takes cp_sample_batch's inputs (its loss is computed from the logits
-and shift_labels, summed over the CP ranks, and the gradients summed over them).
-
-Attention is "all-gather CP" (as in Llama 3): every rank all-gathers the sample's K and V
-(one collective), then runs each local query chunk i against keys [0, (i+1)C) in one call of
-varpack's varlen kernel. FlashAttention's causal mask is aligned bottom-right, which is exactly
-"query t of chunk i sees keys up to i*C + t", so no block-by-block loop is needed and no partial
-results have to be merged by their log-sum-exp; the backward runs varpack's backward kernel on
-the forward's out and lse, adds each call's dK/dV into a buffer the length of the sample, and
-reduce-scatters it back to the chunks' owners. Trade-off against ring attention (K/V passed
-around the ring, block results merged through the LSE): all-gather moves the same bytes but
-does not overlap them with compute, and every rank holds (and keeps for the backward) the whole
-sample's K/V of each layer; with grouped-query attention K/V are small (Llama 3 chose it for
-that), and it needs one collective instead of 2(CP-1) point-to-point steps. A ring version is the
-step to take at large CP, where the K/V no longer fit or the un-overlapped gather starts to show.
-
-Padding: split_long_samples pads a CP sample to a multiple of 2*CP; the pad tokens sit at the
-end, so causally no real token sees them, and their labels are -100.
+The one-sample API of before stays: split_long_samples marks the samples longer than a rank holds
+and pads them to a multiple of 2 * CP; cp_sample_batch gives a rank's share (true positions,
+labels shifted before the split, pad labels -100); cp_attention runs cp_varlen_attention with a
+one-document layout. register_hf() registers the attention as transformers' "varpack_cp".
 """
 from __future__ import annotations
 

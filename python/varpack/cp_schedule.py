@@ -11,7 +11,8 @@ L / g <= capacity, doubled (up to `ranks`) while its share (alpha L + beta L^2) 
 costs more than one sample of `capacity` tokens (the costliest row a rank can get; otherwise the
 quadratic term makes the CP shares the step's stragglers); each of the g ranks spends one of its rows_per_rank slots and
 carries that share plus `cp_overhead(L, g)` (the variant's exposed communication, default none). Groups are aligned blocks of g consecutive ranks, so every group is a row of a
-(ranks / g, g) DeviceMesh made once. The short documents are packed (varpack.plan, best-fit
+(ranks / g, g) DeviceMesh made once. The planner marks the long documents (varpack.plan with
+overlong="cp" leaves them out of its rows and counts them) and packs the rest (best-fit
 decreasing, shuffled) into rows of `capacity`. Items (rows and CP documents) are taken in a shuffled
 order, window_steps steps' worth at a time, sorted by per-rank cost and cut into steps first-fit by
 slots; within a step the CP documents are placed first (costliest first, on the aligned block
@@ -61,12 +62,11 @@ class CPWork:
 
 @dataclass
 class CPSchedule:
-    """rows: the plan of the short documents (their indices in plan.samples are into `short`).
-    short, long: document indices. steps[s]: (rows per rank: list of arrays of row indices,
+    """rows: the plan of the documents that fit a row (overlong="cp": sample indices are document
+    indices). long: the documents that run context-parallel. steps[s]: (rows per rank: list of arrays of row indices,
     CP documents: list of CPWork, slots: int64 [ranks, rows_per_rank] with a row index, -1 idle or
     -2 - j for CP document j). predicted[s, r]: rank r's predicted time in step s."""
     rows: object
-    short: np.ndarray
     long: np.ndarray
     steps: list = field(default_factory=list)
     predicted: np.ndarray = None
@@ -103,8 +103,7 @@ def cp_schedule(lengths, ranks: int, rows_per_rank: int, capacity: int, cost_mod
     model = cost_model or ANCHOR_COST_MODEL
     n = np.asarray(lengths, dtype=np.int64).reshape(-1)
     long = np.flatnonzero(n > capacity)
-    short = np.flatnonzero(n <= capacity)
-    rows = plan(n[short], capacity, shuffle=True, seed=seed)
+    rows = plan(n, capacity, overlong="cp", shuffle=True, seed=seed)  # the rows leave `long` out
     costs = row_costs(rows, model)
     # Items: (per-rank cost, slots, kind, index); kind 0 = row, 1 = CP document.
     items = [(float(c), 1, 0, i) for i, c in enumerate(costs)]
@@ -115,7 +114,7 @@ def cp_schedule(lengths, ranks: int, rows_per_rank: int, capacity: int, cost_mod
     order = np.random.default_rng(seed).permutation(len(items))
     items = [items[i] for i in order]
     slots = ranks * k
-    schedule = CPSchedule(rows, short, long)
+    schedule = CPSchedule(rows, long)
     loads = []
     window = slots * max(1, window_steps)
     start = 0
@@ -174,19 +173,6 @@ def _place(items, ranks: int, k: int):
     return (rows, cps, slots), load, left
 
 
-class _Subset:
-    """samples[index[i]] as item i (the short documents, in the rows plan's sample numbering)."""
-
-    def __init__(self, samples, index):
-        self.samples, self.index = samples, index
-
-    def __len__(self):
-        return len(self.index)
-
-    def __getitem__(self, i):
-        return self.samples[int(self.index[i])]
-
-
 def rank_batches(schedule: CPSchedule, samples, rank: int):
     """Rank `rank`'s part of each step, slot by slot (CPSchedule.for_rank): ("row", build_batch of
     the row), ("cp", CPWork, cp_row_batch of its share) or ("idle", None). A CP document's group
@@ -194,12 +180,11 @@ def rank_batches(schedule: CPSchedule, samples, rank: int):
     from .context_parallel import cp_layout, cp_row_batch
     from .cp_layout import SPLIT
 
-    short = _Subset(samples, schedule.short)
     for slots in schedule.for_rank(rank):
         step = []
         for entry in slots:
             if entry[0] == "row":
-                step.append(("row", build_batch(select_rows(schedule.rows, [entry[1]]), short)))
+                step.append(("row", build_batch(select_rows(schedule.rows, [entry[1]]), samples)))
             elif entry[0] == "cp":
                 work, index = entry[1], entry[2]
                 doc = np.asarray(samples[work.doc])

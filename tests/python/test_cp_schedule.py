@@ -24,7 +24,7 @@ def test_every_document_once_in_aligned_groups_within_slots():
         for r in rows:
             for row in r:
                 pieces = sched.rows.pieces[sched.rows.row_begin[row]:sched.rows.row_begin[row + 1]]
-                seen += sched.short[pieces[:, 0]].tolist()
+                seen += pieces[:, 0].tolist()
     assert sorted(seen) == np.flatnonzero(lengths > 0).tolist()  # the planner places no empty document
     assert set(sched.long.tolist()) == set(np.flatnonzero(lengths > 4096).tolist())
     full = [s for s, (_, _, slots) in enumerate(sched.steps) if (slots != -1).all()]
@@ -55,7 +55,7 @@ def test_the_ranks_parts_hold_every_token_once():
                 if entry[0] == "row":
                     ids, cu = entry[1]["input_ids"], entry[1]["cu_seqlens"]
                     for s, a, b in zip(entry[1]["segment_sample"], cu[:-1], cu[1:]):
-                        tokens[int(sched.short[s])].append(ids[a:b])
+                        tokens[int(s)].append(ids[a:b])
                 elif entry[0] == "cp":
                     work, batch = entry[1], entry[2]
                     layout = CPLayout.decode(batch["cp_layout"])
@@ -149,3 +149,11 @@ def test_the_schedule_trains_like_one_process(tmp_path):
     for loss, rank_grads in results:
         assert loss == pytest.approx(float(total), rel=1e-5)
         torch.testing.assert_close(rank_grads, grads, rtol=1e-4, atol=1e-5)
+
+
+def test_the_planner_marks_the_documents_for_context_parallelism():
+    import varpack
+    lengths = [5, 300, 0, 64, 65, 10]
+    plan = varpack.plan(lengths, 64, overlong="cp")
+    assert plan.stats["context_parallel_samples"] == 2 and plan.stats["tokens"] == 5 + 64 + 10
+    assert sorted(set(plan.pieces[:, 0].tolist())) == [0, 3, 5]
