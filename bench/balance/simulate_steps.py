@@ -1,27 +1,35 @@
-"""Simulated data-parallel step time at 8..1024 ranks: token-count balancing vs cost balancing, in
-the same run, over varpack's C++ planner and balancer, with a fitted cost model.
+"""Simulated training step time at 8..1024 ranks for five schedules of the same documents, with
+communication and cost noise, over varpack's C++ planner and balancer and the cost model.
 
-For each length mix and rank count: lengths -> varpack.plan (best-fit-decreasing into rows of
---capacity, rows shuffled) -> row costs (c + alpha * tokens + beta * sum(len^2) per row) ->
-  token:  rows dealt in order, k per rank per step (varpack.balance_rows method="round_robin"):
-          every rank runs k near-full rows, i.e. the same token count, as a DistributedSampler does;
-  cost:   varpack.balance_rows with method="lpt" and window_steps W (rows of W steps pooled by cost).
-Per step the ranks wait for the slowest. Printed: mean over steps of max / mean rank time, and the
-epoch's step time (sum over steps of the slowest rank) over the ideal, the epoch's total cost /
-ranks (every rank busy all the time, rows divisible at will); "bound" is the best any whole-row
-assignment can do, the larger of ideal and the costliest single row's share, summed per step of the
-cost-balanced schedule.
+Every schedule is planned with the cost model's predictions and scored with "true" costs: each
+row's (or context-parallel share's) prediction times 1 + e, e ~ Normal(0, noise), noise being the
+calibration's residuals (their RMS; the ANCHORS fit's six points by default) or a given level.
+A step takes its slowest rank plus the gradient all-reduce (ring: 2 (R-1)/R x parameters x bytes
+/ bandwidth, not overlapped). Ideal: the mean rank's true compute plus the all-reduce, per step.
 
-    python bench/balance/simulate_steps.py                     # ANCHORS fit, lognormal + stdlib
-    python bench/balance/simulate_steps.py --cost-model calibration.json --ranks 8,64,1024
+  round robin:        rows (long documents cut at --capacity, overlong="split") dealt in order, k per
+                      rank per step (what a DistributedSampler does);
+  rr + window sort:   the same after sorting each --window steps of rows by cost;
+  LPT:                varpack.balance_rows(method="lpt"), no window;
+  LPT + windows:      varpack.balance_rows(method="lpt", window_steps=--window);
+  DP + CP:            varpack.cp_schedule: documents longer than a row kept whole and run
+                      context-parallel over g ranks (their exposed communication from
+                      varpack.cp_cost's choice of variant, NVLink within 8 ranks, --bandwidth
+                      across), the rest packed and balanced by LPT with windows.
+The first four cut long documents into row-sized pieces (attention no longer spans them); DP + CP
+keeps them whole, so its epoch holds more attention work: compare step/ideal (balance), and epoch
+seconds for the absolute cost.
 
-Mixes: lognormal (median 1100, sigma 1.0, clipped to [1, capacity]: the long tail of ANCHORS'
-simulation) and stdlib (the running Python's standard-library sources, one sample per file, as
-byte tokens; files longer than the capacity split; the file list repeated to fill the steps).
+    python bench/balance/simulate_steps.py                      # lognormal + stdlib, 8/64/1024 ranks
+    python bench/balance/simulate_steps.py --cost-model calibration.json --noise 0.1
+
+Mixes: lognormal (median 1100, sigma 1.0, clipped to [1, --max-length]) and stdlib (the running
+Python's standard-library sources, one document per file, as byte tokens; the list repeated).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 import time
@@ -30,52 +38,79 @@ import numpy as np
 
 import varpack
 from varpack.auto import ANCHOR_COST_MODEL, CostModel
+from varpack.cp_cost import choose_variant
+from varpack.cp_layout import SPLIT, cp_layout
+from varpack.cp_schedule import cp_schedule
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 
+# ANCHORS: rows of 32768 tokens on the H200 (542M model), (samples x length, seconds).
+ANCHOR_POINTS = [([128] * 256, 0.242), ([512] * 64, 0.248), ([2048] * 16, 0.265), ([8192] * 4, 0.336),
+                 ([16384] * 2, 0.430), ([32768], 0.618)]
 
-def lognormal_lengths(count: int, capacity: int, rng: np.random.Generator) -> np.ndarray:
-    return np.clip(np.rint(rng.lognormal(np.log(1100), 1.0, size=count)), 1, capacity).astype(np.int64)
+
+def lognormal_lengths(count: int, max_length: int, rng: np.random.Generator) -> np.ndarray:
+    return np.clip(np.rint(rng.lognormal(np.log(1100), 1.0, size=count)), 1, max_length).astype(np.int64)
 
 
-def stdlib_lengths(count: int, capacity: int, rng: np.random.Generator) -> np.ndarray:
+def stdlib_lengths(count: int, max_length: int, rng: np.random.Generator) -> np.ndarray:
     from corpus import stdlib_files
     sizes = np.array([p.stat().st_size + 2 for p in stdlib_files()], dtype=np.int64)  # + BOS, EOS
-    return rng.permutation(np.resize(sizes, count))
+    return rng.permutation(np.minimum(np.resize(sizes, count), max_length))
 
 
 MIXES = {"lognormal": lognormal_lengths, "stdlib": stdlib_lengths}
 
 
-def lengths_for(mix: str, rows: int, capacity: int, seed: int) -> np.ndarray:
-    """Enough samples of the mix for about `rows` full rows (10% spare for the packing's waste)."""
-    rng = np.random.default_rng(seed)
-    probe = MIXES[mix](20000, capacity, rng)
-    mean = float(np.minimum(probe, capacity).mean())
-    return MIXES[mix](int(rows * capacity * 1.1 / mean) + 1, capacity, rng)
+def residual_noise(model: CostModel, points) -> float:
+    """RMS of the fit's relative errors at its measured points."""
+    errors = [model.predict(lengths) / seconds - 1 for lengths, seconds in points]
+    return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def simulate(mix: str, ranks: int, k: int, window: int, steps: int, capacity: int, model: CostModel,
-             seed: int) -> dict:
-    rows = ranks * k * steps
-    lengths = lengths_for(mix, rows, capacity, seed)
-    plan = varpack.plan(lengths, capacity, overlong="split", shuffle=True, seed=seed)
-    if plan.num_rows < rows:
-        raise RuntimeError(f"{mix}: {len(lengths)} samples filled {plan.num_rows} rows, fewer than the "
-                           f"{rows} that {steps} steps take; raise the spare in lengths_for")
-    costs = varpack.row_costs(plan, model)[:rows]  # exactly `steps` steps of the shuffled rows
-    token = varpack.balance_rows(costs, ranks, k, method="round_robin")
-    cost = varpack.balance_rows(costs, ranks, k, method="lpt", window_steps=window)
-    ideal = cost.stats["ideal_step_time"]
-    # Whole rows: a step can end no sooner than its costliest row.
-    biggest = np.array([max(costs[r].max() for r in cost.step(s) if len(r)) for s in range(cost.num_steps)])
-    bound = float(np.maximum(cost.rank_cost.mean(axis=1), biggest).sum())
-    return {"mix": mix, "ranks": ranks, "k": k, "window": window, "steps": cost.num_steps,
-            "rows": plan.num_rows, "samples": len(lengths),
-            "token_imbalance": token.stats["mean_imbalance"], "cost_imbalance": cost.stats["mean_imbalance"],
-            "token_vs_ideal": token.stats["step_time"] / token.stats["ideal_step_time"],
-            "cost_vs_ideal": cost.stats["step_time"] / ideal, "bound_vs_ideal": bound / ideal,
-            "speedup": token.stats["step_time"] / cost.stats["step_time"]}
+def scored(step_loads: list, allreduce: float) -> tuple[float, float]:
+    """(sum over steps of slowest rank + all-reduce, sum of mean rank + all-reduce)."""
+    loads = np.asarray(step_loads)
+    return float((loads.max(axis=1) + allreduce).sum()), float((loads.mean(axis=1) + allreduce).sum())
+
+
+def baseline_lines(lengths, args, ranks, model, noise, rng, allreduce):
+    plan = varpack.plan(lengths, args.capacity, overlong="split", shuffle=True, seed=args.seed)
+    predicted = varpack.row_costs(plan, model)
+    true = predicted * np.maximum(0.05, 1 + noise * rng.standard_normal(len(predicted)))
+    lines = {}
+    for name, method, window in (("round robin", "round_robin", 1), ("rr + window sort", "round_robin", args.window),
+                                 ("LPT", "lpt", 1), ("LPT + windows", "lpt", args.window)):
+        balance = varpack.balance_rows(predicted, ranks, args.k, method=method, window_steps=window)
+        rows = balance.as_array()
+        lines[name] = scored(true[rows].sum(axis=2), allreduce) + (balance.num_steps,)
+    return lines
+
+
+def dpcp_line(lengths, args, ranks, model, noise, rng, allreduce):
+    def exposed(length, g):
+        layout = cp_layout([0, length], g, owner=[SPLIT])
+        bandwidth = args.intra_bandwidth if g <= 8 else args.bandwidth
+        best = choose_variant(layout, args.heads, args.kv_heads, args.head_dim, bandwidth=bandwidth,
+                              intra_bandwidth=args.intra_bandwidth)
+        return best.exposed_s * args.layers
+
+    sched = cp_schedule(lengths, ranks, args.k, args.capacity, model, window_steps=args.window, seed=args.seed,
+                        cp_overhead=exposed)
+    predicted_rows = varpack.row_costs(sched.rows, model)
+    true_rows = predicted_rows * np.maximum(0.05, 1 + noise * rng.standard_normal(len(predicted_rows)))
+    loads = np.zeros((len(sched.steps), ranks))
+    for s, (rows, cps, _) in enumerate(sched.steps):
+        for r, mine in enumerate(rows):
+            loads[s, r] = true_rows[mine].sum()
+        for w in cps:
+            n = int(lengths[w.doc])
+            base = model.overhead + (model.alpha * n + model.beta * float(n) ** 2) / w.size
+            loads[s, w.first_rank:w.first_rank + w.size] += (
+                base * np.maximum(0.05, 1 + noise * rng.standard_normal(w.size)) + exposed(n, w.size))
+    # Drop the trailing partial steps, as drop_last does for the baselines.
+    full = [s for s in range(len(sched.steps)) if (sched.steps[s][2] != -1).all()]
+    return scored(loads[full], allreduce) + (len(full),), len(sched.long)
 
 
 def main(argv=None) -> None:
@@ -83,30 +118,57 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mixes", default="lognormal,stdlib", help="comma-separated: " + ", ".join(MIXES))
     parser.add_argument("--ranks", default="8,64,1024", help="comma-separated rank counts")
-    parser.add_argument("--k", default="2", help="rows per rank per step (comma-separated to compare)")
+    parser.add_argument("--k", type=int, default=2, help="rows per rank per step")
     parser.add_argument("--window", type=int, default=16, help="steps pooled by cost (window_steps)")
-    parser.add_argument("--steps", type=int, default=64, help="steps per simulated epoch")
+    parser.add_argument("--steps", type=int, default=64, help="about this many steps of documents")
     parser.add_argument("--capacity", type=int, default=32768, help="tokens per row (one rank's row)")
-    parser.add_argument("--cost-model", help="JSON from `python -m varpack calibrate` (default: the "
-                        "ANCHORS fit, 3.38 ms + 7.26 us/token + 351 ps/token^2 per row)")
+    parser.add_argument("--max-length", type=int, default=262144, help="longest document (lognormal clip)")
+    parser.add_argument("--cost-model", help="JSON from `python -m varpack calibrate` (default: the ANCHORS "
+                        "fit, 3.38 ms + 7.26 us/token + 351 ps/token^2 per row); its points give the noise")
+    parser.add_argument("--noise", default="calibration,0.1",
+                        help="comma-separated relative cost noise levels; 'calibration' = the fit's residual RMS")
+    parser.add_argument("--params", type=float, default=542e6, help="model parameters (gradient all-reduce)")
+    parser.add_argument("--grad-bytes", type=int, default=2, help="bytes per gradient element")
+    parser.add_argument("--bandwidth", type=float, default=45e9, help="bytes/s per rank across nodes")
+    parser.add_argument("--intra-bandwidth", type=float, default=300e9, help="bytes/s per rank within a node")
+    parser.add_argument("--layers", type=int, default=24)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    model = CostModel.load(args.cost_model) if args.cost_model else ANCHOR_COST_MODEL
+    if args.cost_model:
+        model = CostModel.load(args.cost_model)
+        points = [(p["lengths"], p["seconds"]) for p in json.loads(pathlib.Path(args.cost_model).read_text())
+                  .get("points", [])]
+    else:
+        model, points = ANCHOR_COST_MODEL, ANCHOR_POINTS
+    calibration = residual_noise(model, points) if points else 0.0
     print(f"cost per row: {model.overhead * 1e3:.3f} ms + {model.alpha * 1e6:.3f} us/token + "
-          f"{model.beta * 1e12:.1f} ps/token^2; capacity {args.capacity}; {args.steps} steps; "
-          f"window {args.window} steps; seed {args.seed}\n")
-    print("| mix | ranks | k | samples | rows planned | token max/mean | cost max/mean | token step/ideal | "
-          "cost step/ideal | whole-row bound/ideal | token / cost | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          f"{model.beta * 1e12:.1f} ps/token^2; calibration residual RMS {calibration:.4f}; capacity "
+          f"{args.capacity}; k {args.k}; window {args.window}; {args.params / 1e6:.0f}M parameters, "
+          f"{args.bandwidth / 1e9:.0f} GB/s across nodes, {args.intra_bandwidth / 1e9:.0f} GB/s within; seed {args.seed}\n")
+    print("| mix | ranks | noise | schedule | steps | step / ideal | epoch s | all-reduce share |")
+    print("|---|---|---|---|---|---|---|---|")
     for mix in args.mixes.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
-            for k in (int(x) for x in args.k.split(",")):
+            rng = np.random.default_rng(args.seed)
+            probe = MIXES[mix](20000, args.max_length, rng)
+            count = int(ranks * args.k * args.steps * args.capacity * 0.95 / probe.mean()) + 1
+            lengths = MIXES[mix](count, args.max_length, rng)
+            allreduce = 2 * (ranks - 1) / ranks * args.params * args.grad_bytes / args.bandwidth
+            for level in args.noise.split(","):
+                noise = calibration if level == "calibration" else float(level)
                 start = time.perf_counter()
-                r = simulate(mix, ranks, k, args.window, args.steps, args.capacity, model, args.seed)
-                print(f"| {mix} | {ranks} | {k} | {r['samples']:,} | {r['rows']:,} | {r['token_imbalance']:.3f} | "
-                      f"{r['cost_imbalance']:.3f} | {r['token_vs_ideal']:.3f} | {r['cost_vs_ideal']:.3f} | "
-                      f"{r['bound_vs_ideal']:.3f} | {r['speedup']:.3f} | {time.perf_counter() - start:.1f} |",
-                      flush=True)
+                lines = baseline_lines(lengths, args, ranks, model, noise, np.random.default_rng(args.seed + 1),
+                                       allreduce)
+                lines["DP + CP"], long = dpcp_line(lengths, args, ranks, model, noise,
+                                                   np.random.default_rng(args.seed + 2), allreduce)
+                for name, (total, ideal, steps) in lines.items():
+                    print(f"| {mix} | {ranks} | {noise:.3f} | {name}{f' ({long} CP docs)' if name == 'DP + CP' else ''} "
+                          f"| {steps} | {total / ideal:.3f} | {total:.1f} | {allreduce * steps / total:.3f} |",
+                          flush=True)
+                print(f"<!-- {mix} {ranks} noise {noise:.3f}: {time.perf_counter() - start:.1f} s -->", flush=True)
 
 
 if __name__ == "__main__":

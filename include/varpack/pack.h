@@ -23,6 +23,8 @@ enum class OverlongPolicy {
   error,     // a sample longer than the capacity is an error naming the sample (the default)
   truncate,  // keep the first `capacity` tokens, count the rest in PlanStats::truncated_tokens
   split,     // cut into pieces of at most `capacity`; each piece is packed as its own sample
+  context_parallel,  // "cp": left out of the rows, counted in PlanStats::context_parallel_samples;
+                     // the caller runs each over context-parallel ranks (python/varpack/cp_schedule.py)
 };
 
 struct PackOptions {
@@ -56,6 +58,7 @@ struct PlanStats {
   int64_t truncated_tokens = 0;
   int64_t skipped_samples = 0;   // zero-length samples: they get no piece
   int64_t split_samples = 0;     // samples cut into several pieces by OverlongPolicy::split
+  int64_t context_parallel_samples = 0;  // samples left out by OverlongPolicy::context_parallel
   int64_t gap_to_lower_bound() const { return rows - lower_bound_rows; }
 };
 
@@ -89,7 +92,8 @@ PackPlan plan_packing(std::span<const int64_t> lengths, const PackOptions& optio
 void plan_packing_into(std::span<const int64_t> lengths, const PackOptions& options,
                        PackPlan& plan);
 
-// Names used by the CLI and Python ("ffd", "bfd", "histogram", "none", "dynamic"; "error", ...).
+// Names used by the CLI and Python ("ffd", "bfd", "histogram", "none", "dynamic"; "error",
+// "truncate", "split", "cp").
 // The parsers throw varpack::Error listing the accepted names.
 Algorithm parse_algorithm(std::string_view name);
 OverlongPolicy parse_overlong_policy(std::string_view name);

@@ -133,6 +133,7 @@ py::dict stats_dict(const varpack::PlanStats& s) {
   d["truncated_tokens"] = s.truncated_tokens;
   d["skipped_samples"] = s.skipped_samples;
   d["split_samples"] = s.split_samples;
+  d["context_parallel_samples"] = s.context_parallel_samples;
   d["gap_to_lower_bound"] = s.gap_to_lower_bound();
   return d;
 }
@@ -150,6 +151,7 @@ varpack::PlanStats stats_from(const py::dict& d) {
   s.truncated_tokens = d["truncated_tokens"].cast<int64_t>();
   s.skipped_samples = d["skipped_samples"].cast<int64_t>();
   s.split_samples = d["split_samples"].cast<int64_t>();
+  s.context_parallel_samples = d["context_parallel_samples"].cast<int64_t>();
   return s;
 }
 

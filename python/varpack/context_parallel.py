@@ -1,37 +1,30 @@
-"""Context parallelism: one long causal sample's attention split over the ranks of a process group.
+"""Context parallelism: a packed row of documents (or one long sample) whose attention is split over
+the ranks of a process group.
 
-A sample longer than one GPU holds is cut into 2 * CP chunks of C tokens (zigzag split): rank r
-holds chunks r and 2*CP-1-r, concatenated, as its 2C local tokens. Under a causal mask chunk i
-attends to i + 1 chunks of keys, so every rank's share is (r + 1) + (2*CP - r) = 2*CP + 1 chunk
-pairs: even, which a contiguous split (rank r: chunks 2r, 2r+1) is not.
+    layout = cp_layout(cu_seqlens, cp)                        # varpack.cp_layout: who holds what
+    q = layout.shard(q_row, rank)                             # this rank's tokens (also k, v)
+    out = cp_varlen_attention(q, k, v, layout, group=cp_group, causal=True, variant="ring")
+    batch = cp_row_batch(input_ids, cu_seqlens, layout, rank) # model inputs for register_hf
 
-    split = varpack.context_parallel.split_long_samples(lengths, capacity=16384, cp=2)
-    batch = varpack.context_parallel.cp_sample_batch(sample, cp, rank)  # this rank's tokens
-    out = varpack.context_parallel.cp_attention(q, k, v, group=cp_group)  # (2C, heads, d)
+A document long enough is cut into 2 * CP chunks (zigzag): rank r holds chunks r and 2CP-1-r, so
+causal work is even; shorter documents stay whole on one rank. cp_varlen_attention equals
+flash_attn_varlen_func on the whole row (causal or not, sliding window, softcap, GQA / MQA) for
+this rank's rows, with gradients, through one of three variants (varpack.cp_variants: allgather,
+ring, Ulysses and its ring hybrid; varpack.cp_cost.choose_variant picks one). It is a torch custom
+operator, so torch.compile(fullgraph=True) traces it without a break; FSDP2 and activation
+checkpointing see an ordinary operator. Before its first collective every call all-gathers a
+small descriptor of each rank's arguments (check_preconditions), so ranks that disagree get one
+ValueError each instead of a hang or a gloo abort.
 
-For a Hugging Face model: register_hf() registers cp_attention as attn_implementation
-"varpack_cp"; the model then takes cp_sample_batch's inputs (its loss is computed from the logits
-and shift_labels, summed over the CP ranks, and the gradients summed over them).
-
-Attention is "all-gather CP" (as in Llama 3): every rank all-gathers the sample's K and V
-(one collective), then runs each local query chunk i against keys [0, (i+1)C) in one call of
-varpack's varlen kernel. FlashAttention's causal mask is aligned bottom-right, which is exactly
-"query t of chunk i sees keys up to i*C + t", so no block-by-block loop is needed and no partial
-results have to be merged by their log-sum-exp; the backward runs varpack's backward kernel on
-the forward's out and lse, adds each call's dK/dV into a buffer the length of the sample, and
-reduce-scatters it back to the chunks' owners. Trade-off against ring attention (K/V passed
-around the ring, block results merged through the LSE): all-gather moves the same bytes but
-does not overlap them with compute, and every rank holds (and keeps for the backward) the whole
-sample's K/V of each layer; with grouped-query attention K/V are small (Llama 3 chose it for
-that), and it needs one collective instead of 2(CP-1) point-to-point steps. A ring version is the
-step to take at large CP, where the K/V no longer fit or the un-overlapped gather starts to show.
-
-Padding: split_long_samples pads a CP sample to a multiple of 2*CP; the pad tokens sit at the
-end, so causally no real token sees them, and their labels are -100.
+The one-sample API of before stays: split_long_samples marks the samples longer than a rank holds
+and pads them to a multiple of 2 * CP; cp_sample_batch gives a rank's share (true positions,
+labels shifted before the split, pad labels -100); cp_attention runs cp_varlen_attention with a
+one-document layout. register_hf() registers the attention as transformers' "varpack_cp".
 """
 from __future__ import annotations
 
 import operator
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +32,11 @@ import torch
 import torch.distributed as dist
 
 from . import _C  # noqa: F401  registers torch.ops.varpack
+from .cp_layout import SPLIT, CPLayout, cp_layout
+from .cp_variants import Mask, cp_backward, cp_forward
 
-__all__ = ["CPSplit", "cp_attention", "cp_padded_length", "cp_sample_batch", "register_hf", "split_long_samples",
+__all__ = ["CPLayout", "CPSplit", "check_preconditions", "cp_attention", "cp_layout", "cp_padded_length",
+           "cp_row_batch", "cp_sample_batch", "cp_varlen_attention", "register_hf", "split_long_samples",
            "zigzag_chunks", "zigzag_indices", "zigzag_shard", "zigzag_unshard"]
 
 
@@ -158,120 +154,253 @@ def cp_sample_batch(input_ids, cp: int, rank: int, labels=None, pad_token_id: in
 
 # ---------------------------------------------------------------- attention
 
+VARIANTS = ("allgather", "ring", "ulysses", "hybrid")
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _group_shape(group) -> tuple[int, int]:
     if not (dist.is_available() and dist.is_initialized()):
         return 1, 0
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _gather_sequence(local: torch.Tensor, cp: int, group) -> torch.Tensor:
-    """The whole sequence (along dim 1) from every rank's zigzag-local tokens."""
-    if cp == 1:
-        return local
-    parts = [torch.empty_like(local) for _ in range(cp)]
-    dist.all_gather(parts, local.contiguous(), group=group)
-    return zigzag_unshard(parts, dim=1)
+def _group_name(group) -> str:
+    if not (dist.is_available() and dist.is_initialized()):
+        return ""
+    return (group or dist.group.WORLD).group_name
 
 
-def _reduce_scatter_sequence(full: torch.Tensor, cp: int, rank: int, group) -> torch.Tensor:
-    """Sums `full` (along dim 1, the whole sequence) over the ranks and returns this rank's
-    zigzag-local tokens of the sum."""
-    if cp == 1:
-        return full
-    shards = [zigzag_shard(full, cp, r, dim=1).contiguous() for r in range(cp)]
-    if dist.get_backend(group) == "nccl":
-        out = torch.empty_like(shards[rank])
-        dist.reduce_scatter(out, shards, group=group)
-        return out
-    # Gloo has no reduce_scatter: sum everything, keep this rank's part (twice the traffic; CPU
-    # runs are for tests).
-    total = torch.stack(shards)
-    dist.all_reduce(total, group=group)
-    return total[rank]
+def _resolve(name: str):
+    return dist.distributed_c10d._resolve_process_group(name) if name else None
 
 
-def _key_ends(chunk: int, cp: int, rank: int) -> list[int]:
-    # Query chunk i sees keys [0, (i + 1) * chunk).
-    return [(i + 1) * chunk for i in zigzag_chunks(cp, rank)]
+@torch.library.custom_op("varpack::cp_attn", mutates_args=())
+def _cp_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: torch.Tensor, group_name: str, variant: str,
+             ulysses: int, window_left: int, window_right: int, softmax_scale: float, softcap: float,
+             head_groups: int, check: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = CPLayout.decode(layout)
+    group = _resolve(group_name)
+    if check:
+        check_preconditions(group, plan, q, k, v, variant, ulysses, (window_left, window_right), softmax_scale,
+                            softcap, head_groups)
+    mask = Mask(window_left, window_right, softmax_scale, softcap)
+    return _unaliased(cp_forward(group, plan, variant, q, k, v, mask, ulysses))
 
 
-class _CPAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, group, softmax_scale, deterministic):
-        cp, rank = _group_shape(group)
-        chunk = q.shape[0] // 2
-        kv = _gather_sequence(torch.stack([k, v]), cp, group)  # (2, 2 * cp * chunk, kv heads, d)
-        outs, lses = [], []
-        for half, end in enumerate(_key_ends(chunk, cp, rank)):
-            cu_q = torch.tensor([0, chunk], dtype=torch.int32, device=q.device)
-            cu_k = torch.tensor([0, end], dtype=torch.int32, device=q.device)
-            out, lse = torch.ops.varpack.varlen_fwd(q[half * chunk:(half + 1) * chunk], kv[0, :end], kv[1, :end],
-                                                    cu_q, cu_k, chunk, end, softmax_scale, True, -1, -1, 0.0)
-            outs.append(out)
-            lses.append(lse)
-        out = torch.cat(outs)
-        ctx.save_for_backward(q, kv, out, *lses)
-        ctx.group, ctx.cp, ctx.rank = group, cp, rank
-        ctx.softmax_scale, ctx.deterministic = softmax_scale, deterministic
-        ctx.k_dtype, ctx.v_dtype = k.dtype, v.dtype
-        return out
+@_cp_attn.register_fake
+def _cp_attn_fake(q, k, v, layout, group_name, variant, ulysses, window_left, window_right, softmax_scale, softcap,
+                  head_groups, check, deterministic):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
-    @staticmethod
-    def backward(ctx, dout):
-        q, kv, out, *lses = ctx.saved_tensors
-        dout = dout.contiguous()
-        chunk = q.shape[0] // 2
-        # dK/dV of the whole sequence from this rank's queries; fp32, so that the ranks' partial
-        # sums add up without a second rounding to bf16.
-        dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
-        dqs = []
-        for half, end in enumerate(_key_ends(chunk, ctx.cp, ctx.rank)):
-            rows = slice(half * chunk, (half + 1) * chunk)
-            cu_q = torch.tensor([0, chunk], dtype=torch.int32, device=q.device)
-            cu_k = torch.tensor([0, end], dtype=torch.int32, device=q.device)
-            dq, dk, dv = torch.ops.varpack.varlen_bwd(dout[rows], q[rows], kv[0, :end], kv[1, :end], out[rows],
-                                                      lses[half], cu_q, cu_k, chunk, end, ctx.softmax_scale, True,
-                                                      -1, -1, 0.0, ctx.deterministic)
-            dqs.append(dq)
-            dkv[0, :end] += dk
-            dkv[1, :end] += dv
-        dkv = _reduce_scatter_sequence(dkv, ctx.cp, ctx.rank, ctx.group)
-        return torch.cat(dqs), dkv[0].to(ctx.k_dtype), dkv[1].to(ctx.v_dtype), None, None, None
+
+@torch.library.custom_op("varpack::cp_attn_bwd", mutates_args=())
+def _cp_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: torch.Tensor, layout: torch.Tensor, group_name: str, variant: str, ulysses: int,
+                 window_left: int, window_right: int, softmax_scale: float, softcap: float, head_groups: int,
+                 deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    mask = Mask(window_left, window_right, softmax_scale, softcap)
+    return _unaliased(cp_backward(_resolve(group_name), CPLayout.decode(layout), variant, dout.contiguous(), q, k, v,
+                                  out, lse, mask, ulysses, deterministic, head_groups))
+
+
+def _unaliased(tensors):
+    # A custom operator's outputs may not be views (dK and dV are often two halves of one buffer).
+    return tuple(t.clone() if t._base is not None else t for t in tensors)
+
+
+@_cp_attn_bwd.register_fake
+def _cp_attn_bwd_fake(dout, q, k, v, out, lse, layout, group_name, variant, ulysses, window_left, window_right,
+                      softmax_scale, softcap, head_groups, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, *rest = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    # rest: layout, group_name, variant, ulysses, window_left, window_right, softmax_scale, softcap,
+    # head_groups, check, deterministic; the backward takes all but check.
+    ctx.layout, ctx.args, ctx.deterministic = rest[0], rest[1:9], rest[10]
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _cp_attn_bwd(dout, q, k, v, out, lse, ctx.layout, *ctx.args, ctx.deterministic)
+    return dq, dk, dv, *([None] * 11)
+
+
+_cp_attn.register_autograd(_backward, setup_context=_setup_context)
+
+
+def check_preconditions(group, layout: CPLayout, q, k, v, variant, ulysses, window, softmax_scale, softcap,
+                        head_groups) -> None:
+    """One all-gather of a small descriptor, before any other collective of the call: every rank
+    raises the same ValueError naming the rank and value at fault, instead of a collective that
+    hangs or aborts on mismatched sizes."""
+    cp, rank = _group_shape(group)
+    expected = layout.tokens[rank] if rank < layout.cp else -1
+    fields = {"cp of the layout": layout.cp, "group size": cp, "query tokens": q.shape[0], "key tokens": k.shape[0],
+              "value tokens": v.shape[0], "tokens the layout gives this rank": expected, "heads": q.shape[1],
+              "kv heads": k.shape[1], "value heads": v.shape[1], "head dim": q.shape[2], "key head dim": k.shape[2],
+              "dtype": _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1,
+              "k/v dtype": int(k.dtype == q.dtype and v.dtype == q.dtype), "variant": VARIANTS.index(variant),
+              "ulysses degree": ulysses, "window left": window[0], "window right": window[1],
+              "softmax scale": int(np.float64(softmax_scale).view(np.int64)),
+              "softcap": int(np.float64(softcap).view(np.int64)), "head groups": head_groups,
+              "layout": zlib.crc32(layout.encode().numpy().tobytes())}
+    local = torch.tensor(list(fields.values()), dtype=torch.int64)
+    if cp > 1:
+        device = q.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+        parts = [torch.empty_like(local, device=device) for _ in range(cp)]
+        dist.all_gather(parts, local.to(device), group=group)
+        table = torch.stack([p.cpu() for p in parts]).tolist()
+    else:
+        table = [local.tolist()]
+    names = list(fields)
+    errors = []
+    same = [n for n in names if n not in ("query tokens", "key tokens", "value tokens",
+                                          "tokens the layout gives this rank")]
+    for n in same:
+        values = [row[names.index(n)] for row in table]
+        if len(set(values)) > 1:
+            shown = [_shown(n, x) for x in values]
+            errors.append(f"ranks disagree on {n}: " + ", ".join(f"rank {r}: {x}" for r, x in enumerate(shown)))
+    for r, row in enumerate(table):
+        get = dict(zip(names, row))
+        errors += _rank_errors(r, get, variant, ulysses)
+    if errors:
+        raise ValueError("cp_varlen_attention: " + "; ".join(errors[:6]))
+
+
+def _shown(name, value):
+    if name == "dtype":
+        return str(_DTYPES[value]) if value >= 0 else "unsupported"
+    if name == "variant":
+        return VARIANTS[value]
+    if name in ("softmax scale", "softcap"):
+        return float(np.int64(value).view(np.float64))
+    return value
+
+
+def _rank_errors(r, get, variant, ulysses) -> list:
+    errors = []
+    if get["cp of the layout"] != get["group size"]:
+        errors.append(f"rank {r}: the layout is for cp={get['cp of the layout']}, the group has {get['group size']} ranks")
+    want = get["tokens the layout gives this rank"]
+    for n in ("query tokens", "key tokens", "value tokens"):
+        if get[n] != want:
+            errors.append(f"rank {r}: {get[n]} {n} where the layout gives it {want} (layout.shard(x, rank))")
+    if get["dtype"] < 0 or not get["k/v dtype"]:
+        errors.append(f"rank {r}: q, k, v must share one dtype of {', '.join(map(str, _DTYPES))}")
+    heads, kv_heads = get["heads"], get["kv heads"]
+    if kv_heads < 1 or heads % kv_heads or get["value heads"] != kv_heads or get["key head dim"] != get["head dim"]:
+        errors.append(f"rank {r}: {heads} heads over {kv_heads} kv heads ({get['value heads']} value heads, head dims "
+                      f"{get['head dim']}/{get['key head dim']}); need heads % kv heads == 0 and k, v of one shape")
+    elif variant in ("ulysses", "hybrid"):
+        cp = get["group size"]
+        if cp % ulysses or heads % ulysses or (kv_heads % ulysses and ulysses % kv_heads):
+            errors.append(f"rank {r}: {variant} with ulysses degree {ulysses} needs it to divide cp={cp} and "
+                          f"heads={heads}, and kv heads={kv_heads} to divide it or be divided by it")
+    if get["head groups"] < 1 or kv_heads % get["head groups"]:
+        errors.append(f"rank {r}: head_groups={get['head groups']} must divide kv heads={kv_heads}")
+    return errors
+
+
+def cp_varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: CPLayout | torch.Tensor,
+                        group=None, causal: bool = True, window_size=(-1, -1), softcap: float = 0.0,
+                        softmax_scale=None, variant: str = "allgather", ulysses: int | None = None,
+                        head_groups: int = 1, deterministic: bool = False, check: bool = True) -> torch.Tensor:
+    """Attention of a packed row of documents, its tokens spread over the ranks of `group` by
+    `layout` (cp_layout; or its encode()); equal to flash_attn_varlen_func on the whole row with
+    the row's cu_seqlens and the same causal / window_size / softcap, for this rank's rows.
+
+    q: (tokens, heads, d), k, v: (tokens, kv heads, d): layout.shard(row, rank) of each.
+    variant: "allgather", "ring", "ulysses" (all-to-all over `ulysses` ranks, default all of them)
+    or "hybrid" (all-to-all over `ulysses` consecutive ranks, ring across); choose_variant
+    (varpack.cp_cost) predicts which is fastest. head_groups: the allgather backward gathers K/V
+    for that many groups of KV heads in turn. check: gather a descriptor first so a mismatch
+    between ranks is one ValueError on every rank (one small collective per call).
+    """
+    code = layout if isinstance(layout, torch.Tensor) else layout.encode()
+    cp = int(code[0]) if isinstance(layout, torch.Tensor) else layout.cp
+    if variant not in VARIANTS:
+        raise ValueError(f"cp_varlen_attention: variant {variant!r}; give one of {', '.join(VARIANTS)}")
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError(f"cp_varlen_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; give "
+                         "(tokens, heads, d) and (tokens, kv heads, d)")
+    ulysses = {"allgather": 1, "ring": 1, "ulysses": cp}.get(variant, ulysses) if ulysses is None else ulysses
+    if variant == "hybrid" and ulysses is None:
+        raise ValueError("cp_varlen_attention: variant 'hybrid' needs ulysses (the all-to-all degree)")
+    left, right = (int(w) for w in window_size)
+    right = 0 if causal else right
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    out, _ = _cp_attn(q, k, v, code, _group_name(group), variant, int(ulysses), left, right, scale, float(softcap),
+                      int(head_groups), bool(check), bool(deterministic))
+    return out
 
 
 def cp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None, softmax_scale=None,
-                 deterministic: bool = False) -> torch.Tensor:
+                 deterministic: bool = False, variant: str = "allgather") -> torch.Tensor:
     """Causal attention of one sample zigzag-split over the ranks of `group` (None: the default
     group; without torch.distributed initialised, one rank).
 
     q: (2C, heads, d), k, v: (2C, kv heads, d): this rank's tokens, chunks r and 2*CP-1-r of the
     sample (zigzag_shard), the sample padded to 2 * CP * C tokens. Returns this rank's output rows
     (2C, heads, d), equal to the same rows of flash_attn_varlen_func(causal=True) on the whole
-    sample, with gradients for q, k and v (each rank gets the gradient of its own tokens). Every
-    rank of the group must call it with the same C, heads and d.
+    sample, with gradients for q, k and v. cp_varlen_attention with a one-document layout.
     """
-    if q.dim() != 3 or k.shape != v.shape or k.dim() != 3 or k.shape[0] != q.shape[0]:
-        raise ValueError(f"cp_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; give "
-                         "(2C, heads, d) and (2C, kv heads, d) for this rank's tokens")
-    if q.shape[0] % 2:
-        raise ValueError(f"cp_attention: {q.shape[0]} local tokens; a rank holds two chunks of equal "
-                         "length (pad the sample to a multiple of 2 * cp: cp_padded_length)")
-    if softmax_scale is None:
-        softmax_scale = q.shape[-1] ** -0.5
-    return _CPAttention.apply(q, k, v, group, float(softmax_scale), bool(deterministic))
+    if q.dim() != 3 or q.shape[0] % 2:
+        raise ValueError(f"cp_attention: q {tuple(q.shape)}; a rank holds two chunks of equal length, "
+                         "(2C, heads, d) (pad the sample to a multiple of 2 * cp: cp_padded_length)")
+    cp, _ = _group_shape(group)
+    layout = cp_layout([0, cp * q.shape[0]], cp, owner=[SPLIT])
+    return cp_varlen_attention(q, k, v, layout, group, softmax_scale=softmax_scale, deterministic=deterministic,
+                               variant=variant)
 
 
-def register_hf(name: str = "varpack_cp", group=None):
-    """Registers cp_attention over `group` (None: the default group) with transformers as
-    attention implementation `name`: a model with attn_implementation=name runs every layer's
-    attention on the zigzag-split sample of cp_sample_batch. Causal attention only."""
-    from .hf import register_varlen_function
+def register_hf(name: str = "varpack_cp", group=None, variant: str = "allgather", **options):
+    """Registers context-parallel attention over `group` with transformers as attention
+    implementation `name`. The model then takes cp_sample_batch's or cp_row_batch's inputs: the
+    layout travels as the keyword `cp_layout` (cp_row_batch) or, without it, the local tokens are
+    one zigzag-split sample (cp_sample_batch). options go to cp_varlen_attention."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, **_):
-        if not causal or dropout_p or softcap or tuple(window_size) != (-1, -1):
-            raise NotImplementedError(f"{name}: context-parallel attention is causal, without dropout, "
-                                      "softcap or sliding window")
-        return cp_attention(q, k, v, group=group, softmax_scale=softmax_scale)
+    def forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
+                softcap=None, is_causal=None, cp_layout=None, **_):
+        if dropout:
+            raise NotImplementedError(f"{name}: context-parallel attention has no dropout")
+        q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (tokens, heads, d); batch of one row
+        code = cp_layout
+        if code is None:
+            cp, _ = _group_shape(group)
+            code = CPLayout(cp, (0, cp * q.shape[0]), (SPLIT,)).encode()
+        window = (-1, -1) if sliding_window is None else (sliding_window - 1, sliding_window - 1)
+        causal = bool(module.is_causal if is_causal is None else is_causal)
+        out = cp_varlen_attention(q, k, v, code, group, causal=causal, window_size=window, softcap=softcap or 0.0,
+                                  softmax_scale=scaling, variant=variant, **options)
+        return out[None], None
 
-    return register_varlen_function(name, varlen)
+    AttentionInterface.register(name, forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return forward
+
+
+def cp_row_batch(input_ids, cu_seqlens, layout: CPLayout, rank: int, labels=None) -> dict:
+    """Rank `rank`'s share of one packed row (documents at cu_seqlens) as model inputs [1, tokens]:
+    input_ids, position_ids (within each document), shift_labels (each token's next-token target
+    inside its document, -100 at a document's last token) and cp_layout (register_hf's attention
+    reads it). Labels default to the input ids."""
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
+    target = ids if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.long).reshape(-1)
+    cu = [int(c) for c in np.asarray(cu_seqlens).reshape(-1)]
+    if tuple(cu) != layout.cu_seqlens or ids.numel() != cu[-1] or target.shape != ids.shape:
+        raise ValueError(f"cp_row_batch: {ids.numel()} tokens, {target.numel()} labels, cu_seqlens ending at {cu[-1]}"
+                         " and a layout of other documents; build the layout from these cu_seqlens")
+    shifted = torch.full_like(target, -100)
+    shifted[:-1] = target[1:]
+    ends = torch.tensor(cu[1:], dtype=torch.long) - 1
+    shifted[ends[ends >= 0]] = -100  # no target across a document boundary
+    index = torch.from_numpy(layout.global_index(rank))
+    return {"input_ids": ids[index][None], "position_ids": torch.from_numpy(layout.positions(rank))[None],
+            "shift_labels": shifted[index][None], "cp_layout": layout.encode()}

@@ -86,7 +86,9 @@ def plan(lengths, capacity: int, algorithm: str = "bfd", overlong: str = "error"
     algorithm:  "ffd" (first-fit-decreasing), "bfd" (best-fit-decreasing), "histogram", or the
                 baselines "none" (one sample per row) and "dynamic" (batches of `batch_size` samples
                 in input order, padded to their longest).
-    overlong:   what to do with a sample longer than `capacity`: "error", "truncate" or "split".
+    overlong:   what to do with a sample longer than `capacity`: "error", "truncate", "split" or
+                "cp" (left out of the rows and counted in stats["context_parallel_samples"]: the
+                samples for context parallelism, varpack.cp_schedule).
     shuffle:    permute the rows with `seed` (deterministic: same inputs and seed, same plan).
     """
     array = np.asarray(lengths)

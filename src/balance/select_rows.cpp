@@ -31,6 +31,7 @@ PackPlan select_rows(const PackPlan& plan, std::span<const int64_t> rows) {
   st.truncated_tokens = whole.truncated_tokens;
   st.skipped_samples = whole.skipped_samples;
   st.split_samples = whole.split_samples;
+  st.context_parallel_samples = whole.context_parallel_samples;
   st.capacity = whole.capacity;
   st.rows = out.rows();
   st.lower_bound_rows = st.capacity > 0 ? (st.tokens + st.capacity - 1) / st.capacity : 0;

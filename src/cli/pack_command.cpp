@@ -39,6 +39,9 @@ int run_pack(const PackArgs& args) {
   options.capacity = args.capacity;
   options.algorithm = parse_algorithm(args.algorithm);
   options.overlong = parse_overlong_policy(args.overlong);
+  if (options.overlong == OverlongPolicy::context_parallel)  // the file would miss those samples
+    throw Error("--overlong cp leaves the long samples out of the rows; it is for Python's context-parallel "
+                "schedule (varpack.cp_schedule), not a packed file: use truncate or split here");
   options.batch_size = args.batch_size;
   options.seed = args.seed;
   options.shuffle_rows = args.shuffle;

@@ -35,8 +35,11 @@ PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions&
       throw Error("sample " + std::to_string(i) + " has length " + std::to_string(length) +
                   ", longer than the capacity " + std::to_string(capacity) +
                   "; choose the over-length policy 'truncate' (keep its first " +
-                  std::to_string(capacity) + " tokens) or 'split' (cut it into pieces of at most " +
-                  std::to_string(capacity) + " tokens), or raise the capacity");
+                  std::to_string(capacity) + " tokens), 'split' (cut it into pieces of at most " +
+                  std::to_string(capacity) + " tokens) or 'cp' (leave it out, to run it over "
+                  "context-parallel ranks), or raise the capacity");
+    } else if (options.overlong == OverlongPolicy::context_parallel) {
+      ++totals.context_parallel_samples;
     } else if (options.overlong == OverlongPolicy::truncate) {
       ++totals.pieces;
       totals.tokens += capacity;

@@ -21,6 +21,7 @@ struct PieceTotals {
   int64_t truncated_tokens = 0;
   int64_t skipped_samples = 0;
   int64_t split_samples = 0;
+  int64_t context_parallel_samples = 0;
 };
 
 // Validates capacity > 0 and every length (>= 0; <= capacity under OverlongPolicy::error), naming
@@ -87,7 +88,7 @@ inline void for_each_piece(int64_t length, int64_t capacity, OverlongPolicy poli
   } else if (policy == OverlongPolicy::split) {
     for (int64_t offset = 0; offset < length; offset += capacity)
       emit(offset, length - offset < capacity ? length - offset : capacity);
-  } else {
+  } else if (policy == OverlongPolicy::truncate) {
     emit(int64_t{0}, capacity);
   }
 }

@@ -19,10 +19,11 @@ constexpr std::array<std::pair<Algorithm, std::string_view>, 5> kAlgorithmNames{
     {Algorithm::dynamic, "dynamic"},
 }};
 
-constexpr std::array<std::pair<OverlongPolicy, std::string_view>, 3> kPolicyNames{{
+constexpr std::array<std::pair<OverlongPolicy, std::string_view>, 4> kPolicyNames{{
     {OverlongPolicy::error, "error"},
     {OverlongPolicy::truncate, "truncate"},
     {OverlongPolicy::split, "split"},
+    {OverlongPolicy::context_parallel, "cp"},
 }};
 
 template <typename Names>
@@ -49,6 +50,7 @@ void fill_stats(PackPlan& plan, const detail::PieceTotals& totals, int64_t capac
   s.truncated_tokens = totals.truncated_tokens;
   s.skipped_samples = totals.skipped_samples;
   s.split_samples = totals.split_samples;
+  s.context_parallel_samples = totals.context_parallel_samples;
 }
 
 // Fisher-Yates with the project's own generator, so a seed gives the same order everywhere.

@@ -48,6 +48,7 @@ inline void expect_valid_plan(std::span<const int64_t> lengths, const PackOption
 
   int64_t truncated = 0;
   int64_t skipped = 0;
+  int64_t context_parallel = 0;
   for (size_t s = 0; s < lengths.size(); ++s) {
     auto& pieces = spans[s];
     std::sort(pieces.begin(), pieces.end());
@@ -61,6 +62,9 @@ inline void expect_valid_plan(std::span<const int64_t> lengths, const PackOption
       EXPECT_EQ(covered, capacity) << "sample " << s;
       EXPECT_EQ(pieces.size(), 1u) << "sample " << s;
       truncated += lengths[s] - capacity;
+    } else if (lengths[s] > capacity && options.overlong == OverlongPolicy::context_parallel) {
+      EXPECT_TRUE(pieces.empty()) << "sample " << s << " is for context parallelism, not a row";
+      ++context_parallel;
     } else {
       EXPECT_EQ(covered, lengths[s]) << "sample " << s << " not placed exactly once";
     }
@@ -79,6 +83,7 @@ inline void expect_valid_plan(std::span<const int64_t> lengths, const PackOption
   EXPECT_EQ(st.padded_tokens, width_sum - tokens);
   EXPECT_EQ(st.truncated_tokens, truncated);
   EXPECT_EQ(st.skipped_samples, skipped);
+  EXPECT_EQ(st.context_parallel_samples, context_parallel);
   if (width_sum > 0) {
     EXPECT_DOUBLE_EQ(st.padding_rate_packed, static_cast<double>(width_sum - tokens) / width_sum);
   }

@@ -109,6 +109,19 @@ TEST(PlanPacking, OneHugeSampleSplitsIntoFullPiecesAndARemainder) {
   }
 }
 
+TEST(PlanPacking, ContextParallelSamplesAreLeftOutAndCounted) {
+  const std::vector<int64_t> lengths = {10, 4096 * 3 + 5, 7, 4097, 0, 4096};
+  for (const Algorithm a : kAll) {
+    SCOPED_TRACE(std::string(to_string(a)));
+    const PackOptions o = options_for(a, 4096, OverlongPolicy::context_parallel);
+    const PackPlan plan = plan_packing(lengths, o);
+    testing::expect_valid_plan(lengths, o, plan);
+    EXPECT_EQ(plan.stats.context_parallel_samples, 2);
+    EXPECT_EQ(plan.stats.tokens, 10 + 7 + 4096);
+  }
+  EXPECT_EQ(parse_overlong_policy("cp"), OverlongPolicy::context_parallel);
+}
+
 TEST(PlanPacking, SplitSamplesOfExactMultiplesKeepTheirOffsetsApart) {
   // Consecutive samples made only of full pieces, and a full piece next to a remainder: offsets
   // are recovered per sample (0, L, 2L, ...), never carried over from the previous sample.
