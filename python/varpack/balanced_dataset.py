@@ -23,7 +23,7 @@ import torch
 from .balance import Balance, balance_rows, select_rows
 from .collator import _BatchFormat, epoch_seed, sample_length
 from .packing import Plan, plan
-from .token_files import TokenFile
+from .token_files import TOKEN_SOURCES, as_samples
 
 __all__ = ["BalancedPackedDataset"]
 
@@ -42,7 +42,8 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
     near-equal attention cost per step, and gives this rank's batch of each step.
 
     samples:        what PackingCollator accepts (a sequence of token-id sequences, or of mappings
-                    with "input_ids" and optionally "labels"), or a varpack.TokenFile. Each sample's
+                    with "input_ids" and optionally "labels"), a varpack.TokenFile, or what
+                    varpack.read_tokens reads (Arrow data, a Parquet file, a path). Each sample's
                     length is read once here (a TokenFile's from its index), unless `lengths` gives
                     them (e.g. a length column), which must then be the samples' true lengths.
     rank, world_size: this process's data-parallel rank and the number of ranks; None takes
@@ -81,6 +82,7 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
         if operator.index(capacity) <= 0:
             raise ValueError(f"BalancedPackedDataset: capacity={capacity}; give a positive number of "
                              "tokens per row")
+        samples = as_samples(samples)  # Arrow data or a path: read once, zero-copy where it can be
         if len(samples) == 0:
             raise ValueError("BalancedPackedDataset: samples is empty; there is nothing to pack")
         self.samples = samples
@@ -104,7 +106,7 @@ class BalancedPackedDataset(torch.utils.data.Dataset):
     @staticmethod
     def _lengths(samples: Sequence, lengths) -> np.ndarray:
         if lengths is None:
-            if isinstance(samples, TokenFile):
+            if isinstance(samples, TOKEN_SOURCES):
                 return samples.lengths
             return np.array([sample_length(s, i) for i, s in enumerate(samples)], dtype=np.int64)
         array = np.asarray(lengths)

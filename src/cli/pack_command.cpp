@@ -41,7 +41,8 @@ int run_pack(const PackArgs& args) {
   options.overlong = parse_overlong_policy(args.overlong);
   options.batch_size = args.batch_size;
   options.seed = args.seed;
-  options.shuffle_rows = args.shuffle;
+  // Shuffled by default: the planner's order runs long rows first, a curriculum nobody asked for.
+  options.shuffle_rows = !args.keep_order;
   const OutputFormat format =
       args.format.empty() ? output_format_for_path(args.out) : parse_output_format(args.format);
 
@@ -57,7 +58,7 @@ int run_pack(const PackArgs& args) {
                 std::to_string(args.image_token_id));
   }
   const Samples input = open_samples(args.input, reject_longer_than,
-                                     ImageOptions{options.capacity, args.image_token_id});
+                                     ImageOptions{options.capacity, args.image_token_id}, args.column);
   const TokenSource& samples = *input.source;
   const double read_seconds = seconds_since(start);
 
@@ -133,6 +134,12 @@ int run_pack(const PackArgs& args) {
               static_cast<long long>(s.lower_bound_rows),
               static_cast<long long>(s.gap_to_lower_bound()), 100 * s.padding_rate_unpacked,
               100 * s.padding_rate_packed);
+  if (options.shuffle_rows) {
+    std::printf("  rows shuffled with seed %llu (--keep-order keeps the planner's order)\n",
+                static_cast<unsigned long long>(options.seed));
+  } else {
+    std::printf("  rows in the planner's order (--keep-order), longest-first packers' fullest rows first\n");
+  }
   std::printf("  %lld truncated tokens, %lld zero-length samples skipped, %lld samples split\n",
               static_cast<long long>(s.truncated_tokens),
               static_cast<long long>(s.skipped_samples), static_cast<long long>(s.split_samples));
