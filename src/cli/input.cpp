@@ -130,8 +130,8 @@ std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length,
     return lengths;
   }
   if (is_arrow_input(input)) {
-    const auto lengths = open_checked_token_file(input, max_length, column).lengths();
-    return {lengths.begin(), lengths.end()};
+    const TokenFile file = open_checked_token_file(input, max_length, column);
+    return {file.lengths().begin(), file.lengths().end()};
   }
   ProgressBar bar("reading " + input, "bytes");
   std::vector<int64_t> lengths;

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
                      "first); by default the rows are shuffled with --seed")
       ->excludes(seed);
   // Shuffling is the default; the flag stays accepted for the commands written before.
-  pack_cmd->add_flag("--shuffle", "shuffle the rows with --seed (the default)")->excludes("--keep-order");
+  bool shuffle = true;
+  pack_cmd->add_flag("--shuffle", shuffle, "shuffle the rows with --seed (the default)")->excludes("--keep-order");
   pack_cmd->add_option("--batch-size,-B", pack.batch_size,
                        "samples per batch, for --algorithm dynamic")
       ->capture_default_str();

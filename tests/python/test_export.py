@@ -16,6 +16,7 @@ import pytest
 
 import varpack
 from varpack import export
+from varpack.__main__ import main as varpack_main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLI = pathlib.Path(os.environ.get("VARPACK_CLI", ROOT / "build" / "varpack"))
@@ -96,21 +97,27 @@ def test_packed_bin_exports_its_rows(tmp_path, rng):
     assert shuffled == [expected_rows(plan, samples)[r] for r in export.row_order(plan.num_rows, seed=9)]
 
 
-def test_cli_export_plans_token_data(tmp_path, rng):
+def test_cli_export_plans_token_data(tmp_path, rng, monkeypatch, capsys):
     samples = random_samples(rng, n=60)
     pq.write_table(pa.table({"ids": pa.array([s.tolist() for s in samples], pa.list_(pa.int64()))}),
                    tmp_path / "data.parquet")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "varpack", "export", *a], cwd=tmp_path,
-                                    capture_output=True, text=True)
-    r = run("data.parquet", "-L", "100", "--column", "ids", "--keep-order", "-o", "rows.parquet")
-    assert r.returncode == 0, r.stderr
-    assert "in the planner's order (--keep-order)" in r.stdout
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args):  # `python -m varpack export ARGS`, in this process (torch imports once)
+        status = varpack_main(["export", *args])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    status, out, err = run("data.parquet", "-L", "100", "--column", "ids", "--keep-order", "-o", "rows.parquet")
+    assert status == 0, err
+    assert "in the planner's order (--keep-order)" in out
     plan = varpack.plan([len(s) for s in samples], capacity=100)
     assert pq.read_table(tmp_path / "rows.parquet").to_pylist() == expected_rows(plan, samples)
-    bad = run("data.parquet", "-L", "100", "-o", "bad.parquet")  # no input_ids column
-    assert bad.returncode == 1 and "column 'input_ids': no such column" in bad.stderr
-    both = run("data.parquet", "-L", "100", "--column", "ids", "--keep-order", "--epoch", "2", "-o", "x.parquet")
-    assert both.returncode == 1 and "--epoch" in both.stderr
+    status, out, err = run("data.parquet", "-L", "100", "-o", "bad.parquet")  # no input_ids column
+    assert status == 1 and "column 'input_ids': no such column" in err
+    status, out, err = run("data.parquet", "-L", "100", "--column", "ids", "--keep-order", "--epoch", "2",
+                           "-o", "x.parquet")
+    assert status == 1 and "--epoch has no effect with --keep-order" in err
     assert sorted(os.listdir(tmp_path)) == ["data.parquet", "rows.parquet"]
 
 
