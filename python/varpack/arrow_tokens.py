@@ -32,8 +32,9 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 IPC_SUFFIXES = (".arrow", ".feather", ".ipc")
 IGNORE_LABEL = -100
 MAX_ID = 2**31 - 1
-# Rows per batch read from a Parquet file: bounds the memory a read holds beyond the tokens kept.
-PARQUET_BATCH_ROWS = 8192
+# Tokens per batch read from a Parquet file (rows from the file's mean length): the decoder's
+# buffers grow with the batch (1024 rows of ~550 tokens held 26 MB more, 128 rows 12 MB).
+PARQUET_BATCH_TOKENS = 1 << 16
 READS = ("Parquet (.parquet), Arrow IPC / Feather (.arrow, .feather), a `datasets` save_to_disk "
          "folder, a folder of .parquet or .arrow files")
 # Leading bytes of formats varpack does not read, and what to do about each.
@@ -207,20 +208,35 @@ def _columns(column: str, labels: str | None) -> list[str]:
     return [column] + ([labels] if labels else [])
 
 
-def _file_batches(path: str, kind: str, reader: _Reader) -> Iterator[pa.RecordBatch]:
+def _open_parquet(path: str) -> pq.ParquetFile:
+    try:
+        # Buffered reads, batch by batch: the file's compressed bytes are not held all at once.
+        return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ArrowInputError(f"{path}: not a readable Parquet file ({e}); it may be truncated or "
+                              "corrupt") from None
+
+
+def _parquet_values(parquet: pq.ParquetFile, column: str) -> int:
+    """An upper bound of the values in a list column: its leaf's levels (values, empty lists, nulls)."""
+    metadata = parquet.metadata
+    leaf = [i for i in range(metadata.num_columns)
+            if metadata.schema.column(i).path.split(".")[0] == column]
+    return sum(metadata.row_group(g).column(leaf[0]).num_values for g in range(metadata.num_row_groups))
+
+
+def _file_batches(path: str, kind: str, reader: _Reader, parquet: pq.ParquetFile | None = None
+                  ) -> Iterator[pa.RecordBatch]:
+    """The batches of one file, its schema checked first (`parquet`: the file, opened already)."""
     if kind == "ipc":
         schema, batches = _ipc_batches(path)
+        reader.check_schema(schema)
     else:
-        try:
-            # Buffered reads, batch by batch: the file's compressed bytes are not held all at once.
-            parquet = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise ArrowInputError(f"{path}: not a readable Parquet file ({e}); it may be truncated "
-                                  "or corrupt") from None
-        schema = parquet.schema_arrow
-        batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS,
-                                       columns=_columns(reader.column, reader.labels))
-    reader.check_schema(schema)
+        parquet = parquet or _open_parquet(path)
+        reader.check_schema(parquet.schema_arrow)
+        mean_length = _parquet_values(parquet, reader.column) / max(1, parquet.metadata.num_rows)
+        batches = parquet.iter_batches(batch_size=max(16, int(PARQUET_BATCH_TOKENS / max(1.0, mean_length))),
+                                       use_threads=False, columns=_columns(reader.column, reader.labels))
     while True:
         try:
             batch = next(batches, None)
@@ -232,7 +248,26 @@ def _file_batches(path: str, kind: str, reader: _Reader) -> Iterator[pa.RecordBa
         yield batch
 
 
-def _path_chunks(path: str, column: str, labels: str | None) -> Iterator[TokenChunk]:
+def _kept_parquet_chunks(path: str, reader: _Reader) -> Iterator[TokenChunk]:
+    """A Parquet file's chunks, copied as they are decoded into one int32 buffer per column (sized
+    from the file's metadata; pages past the end are never touched): the decoder's batches are
+    freed as they go, so memory holds the tokens once, whatever the allocator keeps of them."""
+    parquet = _open_parquet(path)
+    reader.check_schema(parquet.schema_arrow)  # the columns must exist to be sized
+    ids = np.empty(_parquet_values(parquet, reader.column), dtype=np.int32)
+    labels = np.empty(_parquet_values(parquet, reader.labels), dtype=np.int32) if reader.labels else None
+    at = 0
+    for batch in _file_batches(path, "parquet", reader, parquet):
+        chunk = reader.chunk(batch)
+        end = at + chunk.ids.size
+        ids[at:end] = chunk.ids
+        if labels is not None:
+            labels[at:end] = chunk.labels
+        yield TokenChunk(ids[at:end], None if labels is None else labels[at:end], chunk.lengths, False)
+        at = end
+
+
+def _path_chunks(path: str, column: str, labels: str | None, keep: bool) -> Iterator[TokenChunk]:
     kind = sniff(path)
     if kind is None:
         raise ArrowInputError(f"{path}: not an Arrow input; varpack reads {READS}, and .npy (with "
@@ -242,8 +277,11 @@ def _path_chunks(path: str, column: str, labels: str | None) -> Iterator[TokenCh
     for file, file_kind in files:
         reader = _Reader(file, column, labels)
         reader.row = row  # rows are numbered across a folder's files, each file named
-        for batch in _file_batches(file, file_kind, reader):
-            yield reader.chunk(batch)
+        if keep and file_kind == "parquet":
+            yield from _kept_parquet_chunks(file, reader)
+        else:
+            for batch in _file_batches(file, file_kind, reader):
+                yield reader.chunk(batch)
         row = reader.row
 
 
@@ -263,11 +301,13 @@ def arrow_table(data) -> pa.Table | None:
 
 
 def token_chunks(data, column: str = "input_ids", labels: str | None = None,
-                 name: str | None = None) -> Iterator[TokenChunk]:
+                 name: str | None = None, keep: bool = True) -> Iterator[TokenChunk]:
     """The checked int32 chunks of `data`: a path (see sniff) or in-memory Arrow data (a pyarrow
-    Array or ChunkedArray is the column itself). Raises ArrowInputError naming input, column, row."""
+    Array or ChunkedArray is the column itself). keep=False: each chunk is used and dropped before
+    the next (a Parquet file's are then not gathered into one buffer). Raises ArrowInputError
+    naming input, column and row."""
     if isinstance(data, (str, os.PathLike)):
-        yield from _path_chunks(os.fspath(data), column, labels)
+        yield from _path_chunks(os.fspath(data), column, labels, keep)
         return
     table = arrow_table(data)
     if table is None:
@@ -298,7 +338,7 @@ def write_npy(data, out_dir: str, column: str = "input_ids") -> tuple[int, int]:
     total = 0
     with open(tokens_path, "wb") as f:
         f.write(_npy_header("<i4", 0))
-        for chunk in token_chunks(data, column):
+        for chunk in token_chunks(data, column, keep=False):
             chunk.ids.tofile(f)
             lengths.append(chunk.lengths)
             total += int(chunk.ids.size)
