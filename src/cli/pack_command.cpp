@@ -43,6 +43,11 @@ int run_pack(const PackArgs& args) {
   options.seed = args.seed;
   // Shuffled by default: the planner's order runs long rows first, a curriculum nobody asked for.
   options.shuffle_rows = !args.keep_order;
+  if (args.out.ends_with(".parquet") || args.out.ends_with(".arrow")) {
+    throw Error("--out " + args.out + ": varpack pack writes packed JSONL or .bin; for Parquet rows with " +
+                "TRL's columns run `python -m varpack export " + args.input + " -L " +
+                std::to_string(args.capacity) + " -o " + args.out + "`");
+  }
   const OutputFormat format =
       args.format.empty() ? output_format_for_path(args.out) : parse_output_format(args.format);
 

@@ -260,3 +260,11 @@ def test_cli_helper_needs_no_torch(tmp_path, rng):
                         str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     check_samples(varpack.read_tokens(tmp_path / "tokens.npy"), samples)
+
+
+@needs_cli
+def test_cli_points_parquet_output_to_export(tmp_path, rng):
+    pq.write_table(table_of(random_samples(rng, n=5)), tmp_path / "data.parquet")
+    r = run_cli("pack", "data.parquet", "-L", 64, "-o", "rows.parquet", cwd=tmp_path)
+    assert r.returncode == 1 and "python -m varpack export data.parquet -L 64 -o rows.parquet" in r.stderr
+    assert os.listdir(tmp_path) == ["data.parquet"]

@@ -127,3 +127,17 @@ def test_failed_export_leaves_nothing(tmp_path, rng):
     with pytest.raises(ValueError):
         export.write_parquet(plan, samples[:3], tmp_path / "rows.parquet")  # too few samples
     assert os.listdir(tmp_path) == []
+
+
+def test_trl_collator_reads_exported_rows(tmp_path, rng):
+    """TRL's padding-free collator turns exported rows into the batch varpack builds from them."""
+    trl_sft = pytest.importorskip("trl.trainer.sft_trainer")
+    samples = random_samples(rng, n=80)
+    plan = varpack.plan([len(s) for s in samples], capacity=128)
+    export.write_parquet(plan, samples, tmp_path / "rows.parquet", order="planner")
+    rows = pq.read_table(tmp_path / "rows.parquet").to_pylist()[2:5]
+    got = trl_sft.DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(rows)
+    want = varpack.build_batch(plan, samples, rows=(2, 5))
+    for key in ("input_ids", "labels", "position_ids"):
+        assert got[key][0].tolist() == want[key].tolist(), key
+    assert got["cu_seq_lens_q"].tolist() == want["cu_seqlens"].tolist()
