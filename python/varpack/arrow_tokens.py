@@ -4,8 +4,10 @@ datasets.Dataset. One column holds a list of integer token ids per row (list or 
 any integer type); an optional second column holds the labels (same lengths, ids or -100).
 
 Values are read from Arrow's own value and offset buffers: int32 ids are used in place (a numpy
-view of the Arrow buffer, no copy), other integer widths are range-checked and converted to int32
-once, batch by batch. Every check names the input, the column and the row: a missing column, a
+view of the Arrow buffer, no copy: in-memory tables, memory-mapped IPC files), other integer
+widths are range-checked and converted to int32 once, batch by batch. Parquet is decoded in
+batches of about 64k tokens, each copied into one int32 buffer and freed, so a read holds the
+tokens once (1.15x the token bytes at peak for 30M tokens; bench/results/io.md). Every check names the input, the column and the row: a missing column, a
 column of strings, floats or nested lists, a null row or null token, an id outside [0, 2^31), a
 labels row whose length differs, a truncated or corrupt file.
 

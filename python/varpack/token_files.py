@@ -72,8 +72,9 @@ def read_tokens(path, offsets=None, *, column: str = "input_ids", labels: str | 
     offsets: for .npy, the int64 .npy of n + 1 sample offsets (from 0, non-decreasing, ending at
              the token count); default DATA.offsets.npy beside DATA.npy.
     column, labels: for Arrow data, the list-of-integers column of token ids and optionally the
-             column of labels (same lengths; ids or -100). int32 ids are served from Arrow's
-             buffers without a copy (zero_copy), other integer types converted to int32 once.
+             column of labels (same lengths; ids or -100). int32 ids of in-memory tables and
+             Arrow IPC files are served from Arrow's buffers without a copy (zero_copy), other
+             integer types converted to int32 once; Parquet is decoded into one int32 buffer.
              ArrowTokens[i] is then {"input_ids", "labels"}, views of the sample's two lists.
 
     A TokenFile is a sequence of samples: len(f), f[i] (a read-only int32 numpy view, no copy when
