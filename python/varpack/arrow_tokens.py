@@ -270,6 +270,8 @@ def _kept_parquet_chunks(path: str, reader: _Reader) -> Iterator[TokenChunk]:
 
 
 def _path_chunks(path: str, column: str, labels: str | None, keep: bool) -> Iterator[TokenChunk]:
+    if not os.path.exists(path):
+        raise ArrowInputError(f"{path}: no such file or folder")
     kind = sniff(path)
     if kind is None:
         raise ArrowInputError(f"{path}: not an Arrow input; varpack reads {READS}, and .npy (with "

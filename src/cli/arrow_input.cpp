@@ -139,9 +139,8 @@ TokenFile open_arrow_input(const std::string& input, const std::string& column) 
                 "\nreading Parquet and Arrow files needs Python with pyarrow: run scripts/setup.sh " +
                 "or set VARPACK_PYTHON to a python that has pyarrow");
   }
-  // Mapped, the temporary files can go at once: nothing is left behind whatever happens next.
-  TokenFile file = read_npy_tokens(folder.path() + "/tokens.npy", folder.path() + "/tokens.offsets.npy");
-  return file;
+  // Mapped, the files may go: `folder` removes them on return, before any output is written.
+  return read_npy_tokens(folder.path() + "/tokens.npy", folder.path() + "/tokens.offsets.npy");
 }
 
 }  // namespace varpack::cli

@@ -188,6 +188,7 @@ def test_unreadable_inputs(tmp_path, rng):
     (rng_ds / "train").mkdir(parents=True)
     (rng_ds / "dataset_dict.json").write_text('{"splits": ["train"]}')
     for bad, needle in ((truncated, "not a readable Parquet file"), (compressed, "gzip-compressed"),
+                        (tmp_path / "missing.parquet", "no such file or folder"),
                         (zstd, "zstd-compressed; varpack reads uncompressed input: decompress it first"),
                         (other, "a folder varpack does not read (it holds notes.txt)"),
                         (rng_ds, "a DatasetDict folder (splits train); give one split's folder")):
