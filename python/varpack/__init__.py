@@ -3,8 +3,9 @@
 Sequence packing (plan rows from lengths, build packed batches) and variable-length attention
 (flash_attn_varlen_func, a torch operator with autograd and torch.compile support), on a C++ core;
 a numpy reader of the packed binary format (PackedFile); memory-mapped token-file readers
-(read_tokens: .npy + offsets, Megatron .bin/.idx; token_lengths: their lengths alone); BalancedPackedDataset, a data-parallel dataset
-of packed rows balanced by cost across ranks; CostModel, the row cost they balance (fitted by
+(read_tokens: .npy + offsets, Megatron .bin/.idx, and Arrow data: Parquet, Feather, datasets;
+token_lengths: their lengths alone); varpack.export for packed rows as Parquet (TRL's columns);
+BalancedPackedDataset, a data-parallel dataset of packed rows balanced by cost across ranks; CostModel, the row cost they balance (fitted by
 python -m varpack calibrate); varpack.context_parallel for samples longer than one rank holds.
 """
 
@@ -18,10 +19,10 @@ from .balanced_dataset import BalancedPackedDataset
 from .collator import PackedStream, PackingCollator
 from .packed_file import PackedFile, PackedFileError, PackedRow
 from .packing import Plan, build_batch, plan
-from .token_files import TokenFile, read_tokens, token_lengths
+from .token_files import ArrowTokens, TokenFile, read_tokens, token_lengths
 
 __version__ = "0.1.0"
 
-__all__ = ["Balance", "BalancedPackedDataset", "CostModel", "PackedFile", "PackedFileError", "PackedRow", "PackedStream",
+__all__ = ["ArrowTokens", "Balance", "BalancedPackedDataset", "CostModel", "PackedFile", "PackedFileError", "PackedRow", "PackedStream",
            "PackingCollator", "Plan", "TokenFile", "balance_rows", "build_batch", "flash_attn_varlen_func", "plan",
            "read_tokens", "row_costs", "select_rows", "token_lengths"]
