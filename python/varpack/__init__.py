@@ -5,8 +5,9 @@ Sequence packing (plan rows from lengths, build packed batches) and variable-len
 a numpy reader of the packed binary format (PackedFile); memory-mapped token-file readers
 (read_tokens: .npy + offsets, Megatron .bin/.idx, and Arrow data: Parquet, Feather, datasets;
 token_lengths: their lengths alone); varpack.export for packed rows as Parquet (TRL's columns);
-BalancedPackedDataset, a data-parallel dataset of packed rows balanced by cost across ranks; CostModel, the row cost they balance (fitted by
-python -m varpack calibrate); varpack.context_parallel for samples longer than one rank holds.
+BalancedPackedDataset, a data-parallel dataset of packed rows balanced by cost across ranks;
+CostModel, the row cost they balance (fitted by python -m varpack calibrate);
+varpack.context_parallel for samples longer than one rank holds.
 """
 
 import torch  # noqa: F401  libtorch must be loaded before the extension that links against it
