@@ -21,8 +21,10 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import os
 import pathlib
 import sys
+from contextlib import nullcontext
 
 import torch
 
@@ -71,7 +73,7 @@ def calibrate_command(args) -> int:
 
 def export_command(args) -> int:
     from . import export
-    from .packed_file import PackedFile
+    from .packed_file import MAGIC, PackedFile
     from .packing import plan
     from .token_files import read_tokens
 
@@ -79,7 +81,9 @@ def export_command(args) -> int:
         raise ValueError("--epoch has no effect with --keep-order (it seeds the shuffle)")
     order = "planner" if args.keep_order else "shuffle"
     epoch = args.epoch or 0
-    if args.input.endswith(".bin"):
+    with open(args.input, "rb") if os.path.isfile(args.input) else nullcontext() as f:
+        packed = f is not None and f.read(len(MAGIC)) == MAGIC  # a Megatron PREFIX.bin is token data
+    if packed:
         if args.capacity is not None:
             raise ValueError(f"--capacity: {args.input} is packed already (its rows are kept); "
                              "give token data to plan new rows")
@@ -90,7 +94,8 @@ def export_command(args) -> int:
         samples = read_tokens(args.input, column=args.column, labels=args.labels)
         source = plan(samples.lengths, args.capacity, algorithm=args.algorithm, overlong=args.overlong)
     rows = export.write_parquet(source, samples, args.out, order=order, seed=args.seed, epoch=epoch)
-    how = "in the planner's order (--keep-order)" if args.keep_order else \
+    kept = "the packed file's" if samples is None else "the planner's"
+    how = f"in {kept} order (--keep-order)" if args.keep_order else \
         f"shuffled with seed {args.seed}, epoch {epoch} (--keep-order keeps the planner's order)"
     print(f"{args.out}: {rows} packed rows from {args.input}, {how}")
     return 0
