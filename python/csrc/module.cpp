@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "arrow_tokens.h"
 #include "varpack/balance.h"
 #include "varpack/batch.h"
 #include "varpack/error.h"
@@ -241,6 +242,8 @@ py::dict build_batch(const varpack::PackPlan& plan, int64_t row_first, int64_t r
   const varpack::TokenSource* source = nullptr;
   if (py::isinstance<varpack::TokenFile>(samples)) {
     source = &samples.cast<const varpack::TokenFile&>();
+  } else if (py::isinstance<ArrowTokens>(samples)) {
+    source = &samples.cast<const ArrowTokens&>();
   } else {
     source = &sequence.emplace(std::move(samples));
   }
@@ -328,4 +331,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("drop_last"), py::arg("method"), py::arg("window_steps"));
   m.def("select_rows", &select_rows, py::arg("plan"), py::arg("rows"));
   bind_token_files(m);
+  bind_arrow_tokens(m);
 }

@@ -1,6 +1,11 @@
-"""`python -m varpack calibrate`: the Python side of varpack's command line, for what needs a
-PyTorch model (the C++ `varpack` command packs and reports without one). It writes the cost
-model that `varpack stats --cost-model FILE`, varpack.CostModel.load and the balancer read.
+"""`python -m varpack calibrate` and `export`: the Python side of varpack's command line. calibrate
+needs a PyTorch model (the C++ `varpack` command packs and reports without one); it writes the cost
+model that `varpack stats --cost-model FILE`, varpack.CostModel.load and the balancer read. export
+writes packed rows as Parquet with the columns TRL's SFTTrainer takes (varpack.export), from token
+data it plans or from a packed .bin file that `varpack pack` wrote:
+
+    python -m varpack export data.parquet --capacity 4096 --out rows.parquet [--seed 1 --epoch 0]
+    python -m varpack export packed.bin --out rows.parquet --keep-order
 
     python -m varpack calibrate --model my_pkg.models:build --capacity 16384 --out calibration.json
     python -m varpack calibrate --model examples/train_ddp.py:anchor_model --capacity 32768 \\
@@ -16,8 +21,10 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import os
 import pathlib
 import sys
+from contextlib import nullcontext
 
 import torch
 
@@ -64,6 +71,36 @@ def calibrate_command(args) -> int:
     return 0
 
 
+def export_command(args) -> int:
+    from . import export
+    from .packed_file import MAGIC, PackedFile
+    from .packing import plan
+    from .token_files import read_tokens
+
+    if args.keep_order and args.epoch is not None:
+        raise ValueError("--epoch has no effect with --keep-order (it seeds the shuffle)")
+    order = "planner" if args.keep_order else "shuffle"
+    epoch = args.epoch or 0
+    with open(args.input, "rb") if os.path.isfile(args.input) else nullcontext() as f:
+        packed = f is not None and f.read(len(MAGIC)) == MAGIC  # a Megatron PREFIX.bin is token data
+    if packed:
+        if args.capacity is not None:
+            raise ValueError(f"--capacity: {args.input} is packed already (its rows are kept); "
+                             "give token data to plan new rows")
+        source, samples = PackedFile(args.input), None
+    else:
+        if args.capacity is None:
+            raise ValueError("--capacity is required to plan rows from token data")
+        samples = read_tokens(args.input, column=args.column, labels=args.labels)
+        source = plan(samples.lengths, args.capacity, algorithm=args.algorithm, overlong=args.overlong)
+    rows = export.write_parquet(source, samples, args.out, order=order, seed=args.seed, epoch=epoch)
+    kept = "the packed file's" if samples is None else "the planner's"
+    how = f"in {kept} order (--keep-order)" if args.keep_order else \
+        f"shuffled with seed {args.seed}, epoch {epoch} (--keep-order keeps the planner's order)"
+    print(f"{args.out}: {rows} packed rows from {args.input}, {how}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m varpack", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -78,10 +115,26 @@ def main(argv=None) -> int:
     cal.add_argument("--repeats", type=int, default=3, help="timed runs per row (the median counts)")
     cal.add_argument("--warmup", type=int, default=1, help="untimed runs per row first")
     cal.add_argument("--min-length", type=int, default=16, help="shortest sample in a timed row")
+    exp = commands.add_parser("export", help="write packed rows as Parquet with the columns TRL's "
+                              "SFTTrainer takes (input_ids, labels, position_ids, seq_lengths)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    exp.add_argument("input", help="token data (Parquet, Arrow, a datasets folder, DATA.npy, Megatron) "
+                     "to plan, or a packed .bin from `varpack pack` whose rows are exported")
+    exp.add_argument("--out", "-o", required=True, help="the Parquet file to write")
+    exp.add_argument("--capacity", "-L", type=int, help="tokens per row (token data only)")
+    exp.add_argument("--column", default="input_ids", help="Arrow input: the token ids' column")
+    exp.add_argument("--labels", help="Arrow input: a column of labels (ids or -100), if any")
+    exp.add_argument("--algorithm", "-a", default="bfd", help="ffd | bfd | histogram | none")
+    exp.add_argument("--overlong", default="error", help="samples longer than L: error | truncate | split")
+    order = exp.add_mutually_exclusive_group()
+    order.add_argument("--seed", type=int, default=0, help="seed of the row shuffle (default: %(default)s)")
+    order.add_argument("--keep-order", action="store_true",
+                       help="keep the rows' order (by default they are shuffled per seed and epoch)")
+    exp.add_argument("--epoch", type=int, help="epoch mixed into the shuffle's seed (default 0)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return calibrate_command(args)
+        return calibrate_command(args) if args.command == "calibrate" else export_command(args)
     except (ValueError, OSError, ImportError) as error:
         print(f"varpack: error: {error}", file=sys.stderr)
         return 1

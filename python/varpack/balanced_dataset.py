@@ -23,7 +23,7 @@ from .balance import Balance, balance_rows, select_rows
 from .collator import _BatchFormat, epoch_seed, sample_length
 from .packing import Plan, plan
 from .sharding import StepDataset, distributed_defaults
-from .token_files import TokenFile
+from .token_files import TOKEN_SOURCES, as_samples
 
 __all__ = ["BalancedPackedDataset"]
 
@@ -33,7 +33,8 @@ class BalancedPackedDataset(StepDataset):
     near-equal attention cost per step, and gives this rank's batch of each step.
 
     samples:        what PackingCollator accepts (a sequence of token-id sequences, or of mappings
-                    with "input_ids" and optionally "labels"), or a varpack.TokenFile. Each sample's
+                    with "input_ids" and optionally "labels"), a varpack.TokenFile, or what
+                    varpack.read_tokens reads (Arrow data, a Parquet file, a path). Each sample's
                     length is read once here (a TokenFile's from its index), unless `lengths` gives
                     them (e.g. a length column), which must then be the samples' true lengths.
     rank, world_size: this process's data-parallel rank and the number of ranks; None takes
@@ -69,6 +70,7 @@ class BalancedPackedDataset(StepDataset):
         if operator.index(capacity) <= 0:
             raise ValueError(f"BalancedPackedDataset: capacity={capacity}; give a positive number of "
                              "tokens per row")
+        samples = as_samples(samples)  # Arrow data or a path: read once, zero-copy where it can be
         if len(samples) == 0:
             raise ValueError("BalancedPackedDataset: samples is empty; there is nothing to pack")
         self.samples = samples
@@ -92,7 +94,7 @@ class BalancedPackedDataset(StepDataset):
     @staticmethod
     def _lengths(samples: Sequence, lengths) -> np.ndarray:
         if lengths is None:
-            if isinstance(samples, TokenFile):
+            if isinstance(samples, TOKEN_SOURCES):
                 return samples.lengths
             return np.array([sample_length(s, i) for i, s in enumerate(samples)], dtype=np.int64)
         array = np.asarray(lengths)

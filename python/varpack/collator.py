@@ -12,7 +12,10 @@ Two entry points:
 Both are deterministic per (seed, epoch): call set_epoch(epoch) as with DistributedSampler.
 
 A sample is a 1-D sequence of token ids, or a mapping with "input_ids" and optionally "labels"
-(the batch builder reads them; -100 in a sample's labels stays -100). Emitted keys:
+(the batch builder reads them; -100 in a sample's labels stays -100). Arrow data is read from its
+buffers (varpack.read_tokens, "labels" used where the table has it): PackingCollator takes a batch
+given as a pyarrow Table or RecordBatch, PackedStream a Table, a datasets.Dataset or the path of a
+Parquet / Arrow file or token file. Emitted keys:
     input_ids, labels, position_ids           [1, T] int64 (labels -100 at each sample's start)
     cu_seq_lens_q, cu_seq_lens_k              [segments + 1] int32
     max_length_q, max_length_k                Python ints: the kernel needs no device sync
@@ -36,6 +39,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
+
+from .token_files import as_samples
 
 NORMALISATIONS = ("token", "sample")
 
@@ -183,6 +188,7 @@ class PackingCollator:
     def __call__(self, features: Sequence) -> dict:
         import varpack
 
+        features = as_samples(features)  # a pyarrow Table or RecordBatch of the batch's rows
         if len(features) == 0:
             raise ValueError("PackingCollator: got an empty batch; the DataLoader passes at least "
                              "one sample per batch unless the dataset is empty")
@@ -240,7 +246,7 @@ class PackedStream(torch.utils.data.IterableDataset):
             raise ValueError(f"PackedStream: min_fill={min_fill}; give the fraction of a row "
                              "(0..1) below which trailing rows wait for more samples")
         self.rank, self.world_size = distributed_defaults(rank, world_size, "PackedStream")
-        self.samples = samples
+        self.samples = as_samples(samples)  # Arrow data or a path: its samples, read once
         self.capacity = capacity
         self.rows_per_batch = rows_per_batch
         self.buffer_size = buffer_size

@@ -10,7 +10,8 @@
 namespace varpack::cli {
 
 struct PackArgs {
-  std::string input;   // a JSONL path, or profile:NAME
+  std::string input;   // a JSONL path, token file, Arrow input, or profile:NAME
+  std::string column = "input_ids";  // an Arrow input's column of token ids
   std::string out;
   std::string format;  // "jsonl", "bin", or empty: from the extension of `out`
   std::string report;  // JSON report path, or empty
@@ -19,13 +20,14 @@ struct PackArgs {
   std::string overlong = "error";
   int64_t batch_size = 8;
   uint64_t seed = 0;
-  bool shuffle = false;
+  bool keep_order = false;  // the planner's row order; the rows are shuffled with `seed` otherwise
   bool check = false;  // read the written file back and verify it before it is renamed into place
   int64_t image_token_id = -1;  // placeholder id of image tokens (JSONL "images"); -1: none given
 };
 
 struct StatsArgs {
   std::string input;
+  std::string column = "input_ids";
   int64_t capacity = 0;
   int64_t batch_size = 8;
   double alpha = 0;  // set from the cost model's defaults in main()

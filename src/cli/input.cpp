@@ -1,6 +1,7 @@
 // Loading a command's samples from a JSONL file, a token file or a generated profile (see input.h).
 #include "input.h"
 
+#include "arrow_input.h"
 #include "progress.h"
 #include "varpack/error.h"
 #include "varpack/profiles.h"
@@ -50,10 +51,10 @@ void check_multimodal_length(const std::string& input, int64_t record, int64_t l
               "truncated: use a larger --capacity or smaller images");
 }
 
-// A token file, its samples checked against `max_length` like a JSONL file's.
-TokenFile open_checked_token_file(const std::string& input, int64_t max_length) {
+// A token file or Arrow input, its samples checked against `max_length` like a JSONL file's.
+TokenFile open_checked_token_file(const std::string& input, int64_t max_length, const std::string& column) {
   ProgressBar bar("reading " + input, "tokens");
-  TokenFile file = open_token_file(input, bar.fn());
+  TokenFile file = is_token_file(input) ? open_token_file(input, bar.fn()) : open_arrow_input(input, column);
   const auto lengths = file.lengths();
   for (size_t i = 0; i < lengths.size(); ++i) {
     check_length(input, static_cast<int64_t>(i), 0, static_cast<size_t>(lengths[i]), max_length);
@@ -106,9 +107,10 @@ TokenStore load_samples(const std::string& input, int64_t max_length, const Imag
   return store;
 }
 
-Samples open_samples(const std::string& input, int64_t max_length, const ImageOptions& images) {
-  if (is_token_file(input)) {
-    auto file = std::make_unique<TokenFile>(open_checked_token_file(input, max_length));
+Samples open_samples(const std::string& input, int64_t max_length, const ImageOptions& images,
+                     const std::string& column) {
+  if (is_token_file(input) || is_arrow_input(input)) {
+    auto file = std::make_unique<TokenFile>(open_checked_token_file(input, max_length, column));
     std::vector<int64_t> lengths(file->lengths().begin(), file->lengths().end());
     return {std::move(file), std::move(lengths)};
   }
@@ -118,7 +120,7 @@ Samples open_samples(const std::string& input, int64_t max_length, const ImageOp
 }
 
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length,
-                                  const ImageOptions& options) {
+                                  const ImageOptions& options, const std::string& column) {
   if (is_profile(input)) return profile_lengths(input);
   if (is_token_file(input)) {
     std::vector<int64_t> lengths = token_file_lengths(input);
@@ -126,6 +128,10 @@ std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length,
       check_length(input, static_cast<int64_t>(i), 0, static_cast<size_t>(lengths[i]), max_length);
     }
     return lengths;
+  }
+  if (is_arrow_input(input)) {
+    const TokenFile file = open_checked_token_file(input, max_length, column);
+    return {file.lengths().begin(), file.lengths().end()};
   }
   ProgressBar bar("reading " + input, "bytes");
   std::vector<int64_t> lengths;

@@ -1,6 +1,7 @@
 // Where a command's samples come from: a JSONL file, a token file (DATA.npy with DATA.offsets.npy,
-// Megatron's PREFIX.bin / megatron:PREFIX; token_files.h), or "profile:NAME" for a generated length
-// profile (profiles.h) with stand-in token ids, handy for demos.
+// Megatron's PREFIX.bin / megatron:PREFIX; token_files.h), an Arrow input (Parquet, Arrow IPC /
+// Feather, a `datasets` folder; arrow_input.h), or "profile:NAME" for a generated length profile
+// (profiles.h) with stand-in token ids, handy for demos.
 #pragma once
 
 #include <cstdint>
@@ -30,16 +31,18 @@ struct ImageOptions {
 TokenStore load_samples(const std::string& input, int64_t max_length = 0, const ImageOptions& images = {});
 
 // The samples of any input with their lengths: token files are memory-mapped, JSONL files and
-// profiles go through load_samples. `max_length` as for load_samples.
+// profiles go through load_samples. `max_length` as for load_samples; `column`: an Arrow input's
+// column of token ids.
 struct Samples {
   std::unique_ptr<TokenSource> source;
   std::vector<int64_t> lengths;
 };
-Samples open_samples(const std::string& input, int64_t max_length = 0, const ImageOptions& images = {});
+Samples open_samples(const std::string& input, int64_t max_length = 0, const ImageOptions& images = {},
+                     const std::string& column = "input_ids");
 
 // Only the lengths of `input`'s samples (image tokens included): a file is scanned without keeping
 // its tokens.
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length = 0,
-                                  const ImageOptions& images = {});
+                                  const ImageOptions& images = {}, const std::string& column = "input_ids");
 
 }  // namespace varpack::cli

@@ -20,7 +20,11 @@ int fail(const std::string& message, int status) {
 constexpr const char* kInputHelp =
     "JSONL file; DATA.npy (flat token ids: int32, int64, uint16 or uint32) with its int64 sample "
     "offsets in DATA.offsets.npy beside it (n + 1 values from 0); a Megatron-LM indexed dataset as "
-    "PREFIX.bin (with PREFIX.idx) or megatron:PREFIX; or profile:NAME for a generated length profile";
+    "PREFIX.bin (with PREFIX.idx) or megatron:PREFIX; a Parquet or Arrow IPC / Feather file, a "
+    "Hugging Face datasets save_to_disk folder or a folder of .parquet / .arrow files (--column); "
+    "or profile:NAME for a generated length profile";
+constexpr const char* kColumnHelp =
+    "for Parquet / Arrow input: the column holding each sample's list of token ids";
 
 }  // namespace
 
@@ -48,8 +52,15 @@ int main(int argc, char** argv) {
   pack_cmd->add_option("--overlong", pack.overlong,
                        "samples longer than L: error | truncate | split")
       ->capture_default_str();
-  pack_cmd->add_option("--seed", pack.seed, "seed of the row shuffle")->capture_default_str();
-  pack_cmd->add_flag("--shuffle", pack.shuffle, "shuffle the order of the rows with --seed");
+  pack_cmd->add_option("--column", pack.column, kColumnHelp)->capture_default_str();
+  CLI::Option* seed = pack_cmd->add_option("--seed", pack.seed, "seed of the row shuffle")->capture_default_str();
+  pack_cmd->add_flag("--keep-order", pack.keep_order,
+                     "keep the planner's row order (longest-first packers put their fullest rows "
+                     "first); by default the rows are shuffled with --seed")
+      ->excludes(seed);
+  // Shuffling is the default; the flag stays accepted for the commands written before.
+  bool shuffle = true;
+  pack_cmd->add_flag("--shuffle", shuffle, "shuffle the rows with --seed (the default)")->excludes("--keep-order");
   pack_cmd->add_option("--batch-size,-B", pack.batch_size,
                        "samples per batch, for --algorithm dynamic")
       ->capture_default_str();
@@ -75,6 +86,7 @@ int main(int argc, char** argv) {
   stats_cmd->add_option("input", stats.input, kInputHelp)
       ->required();
   stats_cmd->add_option("--capacity,-L", stats.capacity, "tokens per row (L > 0)")->required();
+  stats_cmd->add_option("--column", stats.column, kColumnHelp)->capture_default_str();
   stats_cmd->add_option("--alpha", stats.alpha,
                         "cost per token (seconds; default: the 542M-model fit of ANCHORS.md)")
       ->capture_default_str();

@@ -44,7 +44,13 @@ int run_pack(const PackArgs& args) {
                 "schedule (varpack.cp_schedule), not a packed file: use truncate or split here");
   options.batch_size = args.batch_size;
   options.seed = args.seed;
-  options.shuffle_rows = args.shuffle;
+  // Shuffled by default: the planner's order runs long rows first, a curriculum nobody asked for.
+  options.shuffle_rows = !args.keep_order;
+  if (args.out.ends_with(".parquet") || args.out.ends_with(".arrow")) {
+    throw Error("--out " + args.out + ": varpack pack writes packed JSONL or .bin; for Parquet rows with " +
+                "TRL's columns run `python -m varpack export " + args.input + " -L " +
+                std::to_string(args.capacity) + " -o " + args.out + "`");
+  }
   const OutputFormat format =
       args.format.empty() ? output_format_for_path(args.out) : parse_output_format(args.format);
 
@@ -60,7 +66,7 @@ int run_pack(const PackArgs& args) {
                 std::to_string(args.image_token_id));
   }
   const Samples input = open_samples(args.input, reject_longer_than,
-                                     ImageOptions{options.capacity, args.image_token_id});
+                                     ImageOptions{options.capacity, args.image_token_id}, args.column);
   const TokenSource& samples = *input.source;
   const double read_seconds = seconds_since(start);
 
@@ -136,6 +142,12 @@ int run_pack(const PackArgs& args) {
               static_cast<long long>(s.lower_bound_rows),
               static_cast<long long>(s.gap_to_lower_bound()), 100 * s.padding_rate_unpacked,
               100 * s.padding_rate_packed);
+  if (options.shuffle_rows) {
+    std::printf("  rows shuffled with seed %llu (--keep-order keeps the planner's order)\n",
+                static_cast<unsigned long long>(options.seed));
+  } else {
+    std::printf("  rows in the planner's order (--keep-order), longest-first packers' fullest rows first\n");
+  }
   std::printf("  %lld truncated tokens, %lld zero-length samples skipped, %lld samples split\n",
               static_cast<long long>(s.truncated_tokens),
               static_cast<long long>(s.skipped_samples), static_cast<long long>(s.split_samples));

@@ -99,7 +99,7 @@ int run_stats(const StatsArgs& args) {
 
   const std::vector<int64_t> lengths =
       load_lengths(args.input, options.overlong == OverlongPolicy::error ? options.capacity : 0,
-                   ImageOptions{options.capacity, -1});
+                   ImageOptions{options.capacity, -1}, args.column);
   StrategyComparison comparison;
   try {
     comparison = compare_strategies(lengths, options, model);

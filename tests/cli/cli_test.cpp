@@ -256,7 +256,7 @@ std::vector<BadCase> bad_cases() {
       {"capacity_negative", {{"in.jsonl", kGood}},
        {"pack", "in.jsonl", "--capacity=-5", "--out", "out.jsonl"}, {"--capacity", "got -5"}},
       {"missing_path", {}, pack, {"in.jsonl: cannot open", "No such file"}},
-      {"directory_as_input", {{"in.jsonl/x", kGood}}, pack, {"in.jsonl: is a directory"}},
+      {"directory_as_input", {{"in.jsonl/x", kGood}}, pack, {"in.jsonl: a folder varpack does not read"}},
       {"output_directory_missing", {{"in.jsonl", kGood}},
        {"pack", "in.jsonl", "--capacity", "8", "--out", "nodir/out.jsonl"},
        {"nodir/out.jsonl", "directory 'nodir' does not exist"}},

@@ -38,7 +38,7 @@ TEST(CliMultimodal, PackWritesPlaceholdersBeforeTheText) {
   TempDir dir;
   write_file(dir.file("in.jsonl"), kInput);
   const Result r = run({"pack", "in.jsonl", "-L", "128", "-o", "out.jsonl", "--image-token-id", "9",
-                        "--algorithm", "none", "--check"}, dir);
+                        "--algorithm", "none", "--keep-order", "--check"}, dir);
   ASSERT_EQ(r.status, 0) << r.err;
   const auto rows = read_packed_jsonl(dir.file("out.jsonl"));
   ASSERT_EQ(rows.size(), 3u);

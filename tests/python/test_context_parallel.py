@@ -11,7 +11,7 @@ import varpack
 from varpack.context_parallel import (cp_attention, cp_padded_length, cp_sample_batch, split_long_samples,
                                       zigzag_chunks, zigzag_indices, zigzag_shard, zigzag_unshard)
 
-from multiprocess import run_ranks
+from gloo_ranks import run_ranks
 
 # (chunk tokens, heads, kv heads, head dim, dtype): odd chunks that cross the CPU kernel's 64-row
 # tiles, tile-aligned ones, grouped-query attention, and one chunk of a single token.

@@ -131,7 +131,7 @@ def scheduled_step_on_rank(rank, world):
 def test_the_schedule_trains_like_one_process(tmp_path):
     import torch
     import varpack
-    from multiprocess import run_ranks
+    from gloo_ranks import run_ranks
     from test_cp_variants import TinyModel
 
     results = run_ranks(scheduled_step_on_rank, 4, tmp_path)

@@ -11,7 +11,7 @@ import torch
 import varpack
 from varpack.context_parallel import cp_layout, cp_varlen_attention
 
-from multiprocess import run_ranks
+from gloo_ranks import run_ranks
 
 ROW = [0, 1, 1, 60, 61, 190, 197, 230]  # a zero-length and a length-1 document, long and short ones
 # (causal, window, softcap)

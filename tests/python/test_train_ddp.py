@@ -11,7 +11,7 @@ import torch
 
 import varpack
 
-from multiprocess import run_ranks
+from gloo_ranks import run_ranks
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 import train_ddp  # noqa: E402

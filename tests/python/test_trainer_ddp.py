@@ -30,7 +30,7 @@ import torch
 import varpack
 from varpack.sharding import distributed_defaults
 
-from multiprocess import run_ranks
+from gloo_ranks import run_ranks
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 
@@ -49,12 +49,9 @@ def write_parquet(path):
 
 
 def read_parquet_tokens(path, column="input_ids"):
-    """The Parquet file's token lists as varpack samples (int32 arrays, one per row), from
-    Arrow's values and offsets buffers. Stands in for varpack.read_tokens' Parquet reading."""
-    lists = pq.read_table(path, columns=[column]).column(column).combine_chunks()
-    values = lists.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    offsets = lists.offsets.to_numpy()
-    return [values[offsets[i]:offsets[i + 1]] for i in range(len(lists))]
+    """The Parquet file's token lists as numpy samples, through varpack's Arrow reader."""
+    tokens = varpack.read_tokens(str(path), column=column)
+    return [np.asarray(tokens[i]) for i in range(len(tokens))]
 
 
 def write_packed(samples, path):
