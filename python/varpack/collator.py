@@ -68,6 +68,15 @@ def pad_rows(flat: torch.Tensor, row_offsets: torch.Tensor, width: int, fill) ->
     return out
 
 
+
+def check_planner_names(owner: str, algorithm: str, overlong: str) -> None:
+    """Refuses unknown planner names at construction, not at the first batch."""
+    from varpack.packing import ALGORITHMS, OVERLONG_POLICIES, check_choice
+
+    check_choice(f"{owner}: algorithm", algorithm, ALGORITHMS)
+    check_choice(f"{owner}: overlong", overlong, OVERLONG_POLICIES)
+
+
 class _BatchFormat:
     """Turns the batch builder's flat tensors into the emitted dict (shared by both entry points)."""
 
@@ -147,6 +156,7 @@ class PackingCollator:
                              "tokens per row, or None for one row holding the whole batch")
         if padded_multiple <= 0:
             raise ValueError(f"PackingCollator: padded_multiple={padded_multiple}; it must be positive")
+        check_planner_names("PackingCollator", algorithm, overlong)
         self.chooser = chooser
         self.padded_multiple = padded_multiple
         self.last_decision = None
@@ -212,6 +222,7 @@ class PackedStream(torch.utils.data.IterableDataset):
         if not 0.0 <= min_fill <= 1.0:
             raise ValueError(f"PackedStream: min_fill={min_fill}; give the fraction of a row "
                              "(0..1) below which trailing rows wait for more samples")
+        check_planner_names("PackedStream", algorithm, overlong)
         self.samples = samples
         self.capacity = capacity
         self.rows_per_batch = rows_per_batch
