@@ -227,11 +227,12 @@ class PackedFile {
 bool is_packed_file(const std::string& path);
 
 // Per sample of the packed input: the tokens the file holds of it (0 for one without a piece).
-std::vector<int64_t> packed_sample_lengths(const PackedFile& file);
+// Throws varpack::Error naming `name` for a sample count no packing gives (far more than pieces).
+std::vector<int64_t> packed_sample_lengths(const std::string& name, const PackedFile& file);
 
 // Verifies from the file alone what docs/FORMAT.md promises beyond the tables PackedFile checks on
-// open: every row within its width and every width within the capacity; each sample's pieces
-// continuing from token 0 without gap or overlap; positions restarting at 0 per piece; the first
+// open: every row within its width and every width within the capacity; positions restarting at
+// 0 per piece; each sample's pieces continuing one another from token 0 without overlap; the first
 // label of each piece -100 and every other one an id or -100; input ids non-negative. Throws
 // varpack::Error naming `name`, the row, the piece and the token at fault.
 void verify_packed_file(const std::string& name, const PackedFile& file,

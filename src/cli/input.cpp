@@ -134,7 +134,7 @@ Samples open_samples(const std::string& input, int64_t max_length, const ImageOp
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length,
                                   const ImageOptions& options) {
   if (is_profile(input)) return profile_lengths(input);
-  if (is_packed_file(input)) return packed_sample_lengths(PackedFile(input));
+  if (is_packed_file(input)) return packed_sample_lengths(input, PackedFile(input));
   if (is_token_file(input)) {
     std::vector<int64_t> lengths = token_file_lengths(input);
     for (size_t i = 0; i < lengths.size(); ++i) {

@@ -46,7 +46,7 @@ int run_inspect(const InspectArgs& args) {
     padding += file.row_width()[r] - row_tokens.back();
   }
   for (size_t p = 1; p < file.pieces().size(); p += 3) split += file.pieces()[p] == 0 ? 0 : 1;
-  const std::vector<int64_t> sample_lengths = packed_sample_lengths(file);
+  const std::vector<int64_t> sample_lengths = packed_sample_lengths(args.file, file);
   const int64_t empty = std::count(sample_lengths.begin(), sample_lengths.end(), int64_t{0});
   const int64_t slots = file.num_tokens() + padding;
   const double padding_rate = slots > 0 ? static_cast<double>(padding) / static_cast<double>(slots) : 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "binary_format.h"
@@ -24,20 +25,53 @@ bool is_packed_file(const std::string& path) {
   return read_all && std::memcmp(magic, binary_format::kMagic, sizeof(magic)) == 0;
 }
 
-std::vector<int64_t> packed_sample_lengths(const PackedFile& file) {
+std::vector<int64_t> packed_sample_lengths(const std::string& name, const PackedFile& file) {
+  // Samples without a piece are zero-length ones; a header claiming far more is damaged, and would
+  // otherwise ask for terabytes here.
+  const int64_t plausible = std::max<int64_t>(int64_t{1} << 24, 64 * (file.num_pieces() + 1));
+  if (file.num_samples() > plausible) {
+    throw Error(name + ": corrupt header: " + std::to_string(file.num_samples()) + " samples for " +
+                std::to_string(file.num_pieces()) + " pieces");
+  }
   std::vector<int64_t> lengths(static_cast<size_t>(file.num_samples()), 0);
   const auto pieces = file.pieces();
   for (size_t p = 0; p < pieces.size(); p += 3) lengths[static_cast<size_t>(pieces[p])] += pieces[p + 2];
   return lengths;
 }
 
+namespace {
+
+// Each sample's pieces must continue one another from token 0, in any rows: sorted by (sample,
+// offset), every piece starts where the one before it of its sample ended.
+void check_sample_continuity(const std::string& name, const PackedFile& file) {
+  const auto pieces = file.pieces();
+  std::vector<int64_t> order(static_cast<size_t>(file.num_pieces()));
+  for (size_t p = 0; p < order.size(); ++p) order[p] = static_cast<int64_t>(p);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return std::pair(pieces[3 * a], pieces[3 * a + 1]) < std::pair(pieces[3 * b], pieces[3 * b + 1]);
+  });
+  int64_t sample = -1, end = 0;
+  for (const int64_t p : order) {
+    const int64_t expected = pieces[3 * p] == sample ? end : 0;
+    if (pieces[3 * p + 1] != expected) {
+      const auto row = std::upper_bound(file.row_pieces().begin(), file.row_pieces().end(), p) -
+                       file.row_pieces().begin() - 1;
+      throw Error(name + ": row " + std::to_string(row) + ", piece " + std::to_string(p) +
+                  ": sample " + std::to_string(pieces[3 * p]) + " continues at token " +
+                  std::to_string(pieces[3 * p + 1]) + ", expected " + std::to_string(expected) +
+                  " (a sample's pieces follow each other from token 0, without overlap)");
+    }
+    sample = pieces[3 * p];
+    end = pieces[3 * p + 1] + pieces[3 * p + 2];
+  }
+}
+
+}  // namespace
+
 void verify_packed_file(const std::string& name, const PackedFile& file, const ProgressFn& progress) {
-  constexpr int64_t kMaxId = 2147483647;
   const auto ids = file.input_ids(), labels = file.labels(), positions = file.position_ids();
   const auto pieces = file.pieces();
   const auto cu = file.cu_seqlens();
-  // Per sample: where its next piece must start (pieces of a split sample follow each other).
-  std::vector<int64_t> next_offset(static_cast<size_t>(file.num_samples()), 0);
   for (int64_t r = 0; r < file.num_rows(); ++r) {
     const std::string row = name + ": row " + std::to_string(r);
     const int64_t tokens = file.row_offsets()[r + 1] - file.row_offsets()[r];
@@ -47,15 +81,7 @@ void verify_packed_file(const std::string& name, const PackedFile& file, const P
                   std::to_string(width) + " (capacity " + std::to_string(file.capacity()) + ")");
     }
     for (int64_t p = file.row_pieces()[r]; p < file.row_pieces()[r + 1]; ++p) {
-      const std::string piece = row + ", piece " + std::to_string(p);
-      const int64_t sample = pieces[3 * p], offset = pieces[3 * p + 1], length = pieces[3 * p + 2];
-      int64_t& expected = next_offset[static_cast<size_t>(sample)];
-      if (offset != expected) {
-        throw Error(piece + ": sample " + std::to_string(sample) + " continues at token " +
-                    std::to_string(offset) + ", expected " + std::to_string(expected) +
-                    " (a sample's pieces follow each other from token 0)");
-      }
-      expected += length;
+      const int64_t sample = pieces[3 * p], length = pieces[3 * p + 2];
       for (int64_t j = 0; j < length; ++j) {
         const auto t = static_cast<size_t>(cu[p] + j);
         const int32_t label = labels[t];
@@ -65,16 +91,16 @@ void verify_packed_file(const std::string& name, const PackedFile& file, const P
                             : label < 0 && label != kIgnoreLabel ? "label is negative and not -100"
                                                                  : nullptr;
         if (fault != nullptr) {
-          throw Error(piece + " (sample " + std::to_string(sample) + "), token " +
-                      std::to_string(j) + ": " + fault + " (input id " + std::to_string(ids[t]) +
-                      ", label " + std::to_string(label) + ", position " +
-                      std::to_string(positions[t]) + "; ids must be in [0, " +
-                      std::to_string(kMaxId) + "])");
+          throw Error(row + ", piece " + std::to_string(p) + " (sample " + std::to_string(sample) +
+                      "), token " + std::to_string(j) + ": " + fault + " (input id " +
+                      std::to_string(ids[t]) + ", label " + std::to_string(label) +
+                      ", position " + std::to_string(positions[t]) + ")");
         }
       }
     }
     if (progress) progress(static_cast<uint64_t>(r + 1), static_cast<uint64_t>(file.num_rows()));
   }
+  check_sample_continuity(name, file);
 }
 
 }  // namespace varpack
