@@ -47,6 +47,9 @@ def epoch_seed(seed: int, epoch: int, index: int = 0) -> int:
 
 def sample_length(sample: Any, index: int) -> int:
     ids = sample["input_ids"] if hasattr(sample, "keys") else sample
+    if isinstance(ids, (str, bytes)):  # has a length, but of characters: tokenize first
+        raise ValueError(f"sample {index}: got text ({type(ids).__name__} {ids[:40]!r}), not token ids; "
+                         "tokenize it first (e.g. tokenizer(text)[\"input_ids\"])")
     try:
         return len(ids)
     except TypeError:

@@ -37,6 +37,15 @@ int64_t checked_total_tokens(const PackPlan& plan, int64_t row_first, int64_t ro
                     " tokens but the plan takes tokens [" + std::to_string(p.offset) + ", " +
                     std::to_string(p.offset + p.length) +
                     "); plan the lengths of this source");
+      // Only a piece as long as the capacity (truncated, or not the last of a split sample) may
+      // end before its sample does; a shorter one means the sample grew since it was planned.
+      if (plan.stats.capacity > 0 && p.offset + p.length < size && p.length < plan.stats.capacity)
+        throw Error("sample " + std::to_string(p.sample) + " has " + std::to_string(size) +
+                    " tokens but was planned with " + std::to_string(p.offset + p.length) +
+                    " (its piece [" + std::to_string(p.offset) + ", " +
+                    std::to_string(p.offset + p.length) + ") ends before it, shorter than the " +
+                    "capacity " + std::to_string(plan.stats.capacity) +
+                    "); plan the lengths of this source");
       const auto labels = source.labels(p.sample);
       if (!labels.empty() && labels.size() != ids.size())
         throw Error("sample " + std::to_string(p.sample) + " has " + std::to_string(size) +

@@ -256,6 +256,18 @@ TEST(PackedBatch, ShortOrInconsistentSourcesAreErrorsNamingTheSample) {
   const std::string shorter = error_of(plan, VectorTokenSource({{1, 2, 3}, {1, 2}, {1, 2, 3, 4, 5}}));
   EXPECT_NE(shorter.find("sample 1 has 2 tokens"), std::string::npos) << shorter;
 
+  // Longer than planned was cut silently to the planned prefix.
+  const std::string longer = error_of(plan, VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4, 9}, {1, 2, 3, 4, 5}}));
+  EXPECT_NE(longer.find("sample 1 has 5 tokens but was planned with 4"), std::string::npos) << longer;
+  // A truncated or split sample is longer than its piece, which is then as long as the capacity.
+  o.capacity = 4;
+  o.overlong = OverlongPolicy::truncate;
+  EXPECT_EQ(error_of(plan_packing(std::vector<int64_t>{3, 4, 5}, o),
+                     VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4, 5}})), "");
+  o.overlong = OverlongPolicy::split;
+  EXPECT_EQ(error_of(plan_packing(std::vector<int64_t>{3, 4, 9}, o),
+                     VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9}})), "");
+
   const std::string labels =
       error_of(plan, VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4, 5}}, {{}, {1}, {}}));
   EXPECT_NE(labels.find("sample 1"), std::string::npos) << labels;

@@ -301,6 +301,8 @@ def test_only_the_rows_samples_are_read(rng):
 @pytest.mark.parametrize("samples, rows, error, message", [
     ([[1, 2, 3], [4, 5]], None, ValueError, r"sample 1 has 2 tokens but the plan takes tokens \[0, 3\)"),
     ([[1, 2, 3]], None, ValueError, r"the plan refers to sample 1 but the token source has 1 samples"),
+    # Longer than planned: was silently cut to its planned prefix.
+    ([[1, 2, 3], [4, 5, 6, 7]], None, ValueError, r"sample 1 has 4 tokens but was planned with 3"),
     ([{"input_ids": [1, 2, 3], "labels": [1, 2]}, [1, 2, 3]], None, ValueError,
      r"sample 0 has 3 input_ids but 2 labels"),
     ([{"tokens": [1, 2, 3]}, [1, 2, 3]], None, ValueError, r"sample 0 is a mapping without \"input_ids\""),
@@ -352,6 +354,11 @@ def test_collators_refuse_unknown_names_at_construction():
         varpack.PackingCollator(algorithm="nope")
     with pytest.raises(ValueError, match=r"PackedStream: overlong must be one of error, truncate, split"):
         varpack.PackedStream([[1]], capacity=8, overlong="drop")
+
+
+def test_collator_refuses_text():
+    with pytest.raises(ValueError, match=r"sample 0: got text \(str 'hello world'\), not token ids; tokenize"):
+        varpack.PackingCollator(capacity=4)(["hello world"])
 
 
 def test_overlong_error_names_the_python_option():
