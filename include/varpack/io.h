@@ -24,7 +24,8 @@ class MappedFile;  // src/io/mapped_file.h: a read-only mapping of a whole file
 class TokenStore final : public TokenSource {
  public:
   // Appends a sample. Empty `labels`: the sample has no labels of its own; otherwise `labels`
-  // must have the length of `input_ids` (throws varpack::Error naming the sample if not).
+  // must have the length of `input_ids`. Ids must be >= 0, labels >= 0 or -100. Throws
+  // varpack::Error naming the sample (and the value) if not.
   void add(std::span<const int32_t> input_ids, std::span<const int32_t> labels = {});
 
   int64_t num_samples() const override { return static_cast<int64_t>(token_begin_.size()) - 1; }

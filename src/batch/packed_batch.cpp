@@ -19,6 +19,9 @@ int64_t checked_total_tokens(const PackPlan& plan, int64_t row_first, int64_t ro
   if (options.pad_to_multiple < 1)
     throw Error("pad_to_multiple must be >= 1 (got " + std::to_string(options.pad_to_multiple) +
                 ")");
+  if (options.pad_token_id < 0)
+    throw Error("pad_token_id must be a token id in [0, 2147483647] (got " +
+                std::to_string(options.pad_token_id) + ")");
   if (row_first < 0 || row_first > row_last || row_last > plan.rows())
     throw Error("row range [" + std::to_string(row_first) + ", " + std::to_string(row_last) +
                 ") is not within the plan's " + std::to_string(plan.rows()) + " rows");

@@ -215,11 +215,12 @@ TEST(PackedBatch, PaddingToAMultipleIsItsOwnSegment) {
   const PackPlan plan = plan_packing(std::vector<int64_t>{5}, o);
   BatchOptions bo;
   bo.pad_to_multiple = 8;
-  bo.pad_token_id = -1;
+  bo.pad_token_id = 99;
   const PackedBatch b = build_packed_batch(plan, 0, 1, source, bo);
   EXPECT_EQ(b.cu_seqlens, (std::vector<int32_t>{0, 5, 8}));
   EXPECT_EQ(b.segment_sample, (std::vector<int64_t>{0, -1}));
   EXPECT_EQ(b.position_ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2}));
+  EXPECT_EQ(b.input_ids, (std::vector<int32_t>{1, 2, 3, 4, 5, 99, 99, 99}));
   EXPECT_EQ(b.num_samples, 1);
   EXPECT_EQ(b.row_offsets, (std::vector<int64_t>{0, 8}));
 }
@@ -277,6 +278,9 @@ TEST(PackedBatch, ShortOrInconsistentSourcesAreErrorsNamingTheSample) {
   BatchOptions zero;
   zero.pad_to_multiple = 0;
   EXPECT_NE(error_of(plan, good, zero).find("pad_to_multiple"), std::string::npos);
+  BatchOptions negative_pad;
+  negative_pad.pad_token_id = -1;
+  EXPECT_NE(error_of(plan, good, negative_pad).find("pad_token_id must be a token id"), std::string::npos);
   EXPECT_NE(error_of(plan, good, {}, 0, 2).find("row range"), std::string::npos);
   EXPECT_NE(error_of(plan, good, {}, -1, 1).find("row range"), std::string::npos);
   EXPECT_EQ(error_of(plan, good), "");
