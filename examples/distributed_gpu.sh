@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 12's GPU measurements in one command, on as many GPUs as the machine has (NPROC overrides):
 #   1. build the extension (examples/build_extension.sh, as gpu_benchmark.sh does);
-#   2. calibrate the ANCHORS 542M model on rows of 16k and 32k tokens (python -m varpack calibrate):
+#   2. calibrate the reference 542M model on rows of 16k and 32k tokens (python -m varpack calibrate):
 #      calibration.json, the fitted c + alpha*tokens + beta*sum(len^2) and each row's fit error;
 #   3. train_ddp.py under torchrun on NPROC GPUs (NCCL), token- vs cost-balanced with that cost
 #      model: every rank's compute per step, max/mean, the step-time ratio (ddp/results.json);

@@ -3,7 +3,7 @@
 (the training benchmark's model, forward + backward + AdamW), plotted against the report's
 2.28% (at 3%) .. 89.73% (at 90%) and against the padding rate itself (the ideal saving).
 
-Layout, as in ANCHORS: 8 rows of 4096, each one sample padded to 4096 (SDPA, cuDNN first), vs the
+Layout, as in the reference measurements: 8 rows of 4096, each one sample padded to 4096 (SDPA, cuDNN first), vs the
 same samples unpadded through a varlen kernel (torch's varlen_attn; varpack's where its kernel is
 registered for the device). Outputs saving_curve.json, saving_curve.md, saving_curve.png in --out.
 

@@ -13,7 +13,7 @@ alike, so all ranks have the same steps. Two modes, from the same initial weight
   token  method="round_robin": every rank gets rows_per_rank near-full rows, the same token count
          (what a DistributedSampler over packed rows gives);
   cost   method="lpt" with window_steps: rows dealt by predicted cost (--cost-model, from
-         `python -m varpack calibrate`, or the ANCHORS fit).
+         `python -m varpack calibrate`, or the reference fit of bench/results/distributed.md).
 
 Per step, each rank's forward + backward runs under DDP's no_sync and is timed alone (the device
 synchronised); then the gradients are summed over the ranks by one all-reduce, and the optimizer
@@ -69,7 +69,7 @@ class Preset:
 
 
 PRESETS = {
-    # The ANCHORS model (542M): 8 layers, d_model 2048, 16 heads x 128, SwiGLU 5632; one row of 32k
+    # The reference model (542M): 8 layers, d_model 2048, 16 heads x 128, SwiGLU 5632; one row of 32k
     # per rank and step, lengths lognormal around 4k: at 2 ranks the token-balanced schedule is
     # predicted 1.16x its ideal, the most a balancer can gain there (simulate_steps.py has more ranks).
     "h200": Preset(8, 2048, 16, 5632, 32768, 1, 16, 4096, 2, 16),
@@ -83,7 +83,7 @@ PRESETS = {
 
 
 def anchor_model():
-    """The ANCHORS 542M model, for `python -m varpack calibrate --model examples/train_ddp.py:anchor_model`."""
+    """The reference 542M model, for `python -m varpack calibrate --model examples/train_ddp.py:anchor_model`."""
     p = PRESETS["h200"]
     return make_model(p, seed=0)
 
@@ -252,7 +252,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="h200")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--cost-model", help="calibration JSON (python -m varpack calibrate); default: the ANCHORS fit")
+    parser.add_argument("--cost-model", help="calibration JSON (python -m varpack calibrate); default: the 542M-model fit of bench/results/distributed.md")
     parser.add_argument("--steps", type=int, help="timed steps per mode (default: the preset's)")
     parser.add_argument("--max-files", type=int, help="read only this many stdlib files (quicker start)")
     parser.add_argument("--out", required=True, help="folder for results.json (written by rank 0)")

@@ -72,7 +72,7 @@ class Preset:
 
 
 PRESETS = {
-    # The ANCHORS model: 8 layers, d_model 2048, 16 heads x 128, SwiGLU 5632 (vocab: bytes).
+    # The reference model: 8 layers, d_model 2048, 16 heads x 128, SwiGLU 5632 (vocab: bytes).
     "h200": Preset(8, 2048, 16, 5632, 32768, 3, 10,
                    (Profile("short", 50, 800, 4096), Profile("long", 1000, 8000, 16384)),
                    (4, 512, 8, 1408), 16384, 200, 20, 64),
@@ -131,7 +131,7 @@ def varpack_available(device: torch.device) -> str | None:
 
 def sdpa_context(device: torch.device):
     """Padded attention through SDPA, cuDNN first on CUDA: the fastest padded kernel on Hopper
-    (ANCHORS), so the padded modes are measured at their best."""
+    (the reference measurements), so the padded modes are measured at their best."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     if device.type != "cuda":
         return sdpa_kernel([SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION])

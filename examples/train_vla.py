@@ -138,7 +138,7 @@ def autocast(device: torch.device):
 
 def sdpa_backends(device: torch.device):
     """The padded modes' attention at its best: cuDNN first on CUDA (the fastest padded kernel on
-    Hopper, ANCHORS.md), then FlashAttention and the memory-efficient kernel (masked inputs)."""
+    Hopper, bench/results/cuda.md), then FlashAttention and the memory-efficient kernel (masked inputs)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     if device.type != "cuda":
         return sdpa_kernel([SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION])

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          libsimdjson-dev pybind11-dev python3-venv python3-dev)
+          libsimdjson-dev nlohmann-json3-dev pybind11-dev python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace varpack {
 
@@ -33,10 +34,22 @@ struct AttentionParams {
 
   int heads = 0, kv_heads = 0, head_dim = 0;  // heads % kv_heads == 0; q head h reads kv head
                                               // h / (heads / kv_heads)
-  float softmax_scale = 0;  // usually 1/sqrt(head_dim)
+  float softmax_scale = 0;  // usually 1/sqrt(head_dim); what float32/bf16/fp16 compute takes
+  // The same scale unrounded, for float64 compute (0: softmax_scale): 1/sqrt(head_dim) rounded to
+  // float32 is off by up to 3e-8 relative, which float64 results would carry.
+  double softmax_scale_f64 = 0;
   bool causal = false;      // bottom-right aligned per sequence (FlashAttention >= 2.1)
   int64_t window_left = -1, window_right = -1;  // sliding window; -1 = unbounded on that side
   float softcap = 0;        // > 0: score = softcap * tanh(scale * q.k / softcap)
+
+  // The scale in compute type T: float64 takes softmax_scale_f64 when given.
+  template <typename T>
+  T scale_as() const {
+    if constexpr (std::is_same_v<T, double>) {
+      if (softmax_scale_f64 != 0) return static_cast<T>(softmax_scale_f64);
+    }
+    return static_cast<T>(softmax_scale);
+  }
 };
 
 struct AttentionBackwardParams : AttentionParams {

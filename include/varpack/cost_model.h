@@ -17,8 +17,8 @@
 namespace varpack {
 
 struct CostModel {
-  // Defaults: the fit in ANCHORS.md ("Cost of a packed row depends on what is in it"), forward +
-  // backward of a 542M-parameter Llama-style decoder on an H200: t = 3.4 ms + 7.26 us per token +
+  // Defaults: the fit of bench/results/distributed.md, forward + backward of a 542M-parameter
+  // Llama-style decoder on an H200: t = 3.4 ms + 7.26 us per token +
   // 351 ps per token^2. The default leaves the 3.4 ms out (overhead 0): that fit was made on one
   // row per step, so it cannot say what a row costs when a step runs several. Units are seconds
   // on that model; only ratios between strategies carry over to others.

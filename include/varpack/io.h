@@ -24,7 +24,8 @@ class MappedFile;  // src/io/mapped_file.h: a read-only mapping of a whole file
 class TokenStore final : public TokenSource {
  public:
   // Appends a sample. Empty `labels`: the sample has no labels of its own; otherwise `labels`
-  // must have the length of `input_ids` (throws varpack::Error naming the sample if not).
+  // must have the length of `input_ids`. Ids must be >= 0, labels >= 0 or -100. Throws
+  // varpack::Error naming the sample (and the value) if not.
   void add(std::span<const int32_t> input_ids, std::span<const int32_t> labels = {});
 
   int64_t num_samples() const override { return static_cast<int64_t>(token_begin_.size()) - 1; }
@@ -83,31 +84,56 @@ void scan_multimodal_jsonl(const std::string& path, const MultimodalSampleFn& on
 // scan_jsonl into a TokenStore.
 TokenStore read_jsonl(const std::string& path, const ProgressFn& progress = {});
 
-// An output file written through a temporary file in the same directory and renamed onto `path`
-// by commit(). The temporary file has no name until commit() (O_TMPFILE; where the file system
-// lacks it, "<path>.tmp.<pid>.<n>"). Destroyed without commit() (an error on the way) or killed,
-// nothing is left, so `path` is never partial: it is either untouched or whole. Writes that fail
-// (disk full, file size limit) throw varpack::Error naming the path and the cause.
+// A file a command must not overwrite, with what it is to the command, for messages: "input",
+// "offsets file of input tok.npy", "--report". Path "-" is standard input.
+struct ProtectedFile {
+  std::string path;
+  std::string role;
+};
+
+// An output written so that no file of the user's is ever destroyed or left partial:
+// - A regular file (or a new name) is written through a temporary file in its directory and
+//   renamed onto the path by commit(). The temporary file has no name until commit() (O_TMPFILE;
+//   where the file system lacks it, "<path>.tmp.<pid>.<n>"). Destroyed without commit() (an
+//   error on the way) or killed, nothing is left: the path is either untouched or whole.
+// - A symbolic link is written through: its final target is replaced as above, next to it, and
+//   the link stays a link.
+// - A stream (a FIFO, a character device such as /dev/null or a terminal, "-" or /dev/stdout for
+//   standard output, /dev/fd/N) is never replaced: the output is staged in a nameless temporary
+//   file (in $TMPDIR) and copied into the stream by commit(), so a failed run writes nothing to it.
+// - `protect`: files the output must not be (the command's inputs and their companion files, its
+//   other outputs). The constructor refuses, naming both, an output that is the same file as one
+//   of them (by device and inode, so hard and symbolic links count) before anything is read.
+// Writes that fail (disk full, file size limit) throw varpack::Error naming the path and cause.
 class AtomicFile {
  public:
-  // Throws varpack::Error naming the path if its directory does not exist or is not writable.
-  explicit AtomicFile(std::string path);
+  // Throws varpack::Error naming the path if its directory does not exist or is not writable,
+  // if it is a directory, or if it is one of `protect`.
+  explicit AtomicFile(std::string path, std::span<const ProtectedFile> protect = {});
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, size_t size);                         // appends
   void write_at(uint64_t offset, const void* data, size_t size);     // positioned, for binary
-  void commit();  // fsyncs, renames onto the path; throws varpack::Error on failure
+  void commit();  // fsyncs and renames onto the path, or copies into the stream; throws on failure
   const std::string& path() const { return path_; }
   // The temporary file being written, as a path this process can open ("/proc/self/fd/N" while
   // it has no name): complete once writing is done, readable before commit().
   const std::string& temp_path() const { return temp_path_; }
+  bool is_stream() const { return stream_fd_ >= 0; }
+  bool to_stdout() const { return to_stdout_; }  // "-", /dev/stdout or /dev/fd/1
 
  private:
+  void open_temp(const std::string& dir, bool may_name);
+  void copy_into_stream();
+
   std::string path_;
+  std::string target_;  // the regular file renamed onto: path_ with its symbolic links followed
   std::string temp_path_;
   int fd_ = -1;
+  int stream_fd_ = -1;  // where a stream output goes at commit(); -1 for a file
+  bool to_stdout_ = false;
   bool named_ = false;  // the temporary file has a name in the directory (to remove on failure)
   bool committed_ = false;
 };
@@ -197,5 +223,20 @@ class PackedFile {
   std::span<const int32_t> input_ids_, labels_, position_ids_;
   std::span<const int64_t> cu_seqlens_, row_offsets_, row_pieces_, pieces_, row_width_;
 };
+
+// Whether `path` is a packed binary file (it starts with the format's magic); false if unreadable.
+bool is_packed_file(const std::string& path);
+
+// Per sample of the packed input: the tokens the file holds of it (0 for one without a piece).
+// Throws varpack::Error naming `name` for a sample count no packing gives (far more than pieces).
+std::vector<int64_t> packed_sample_lengths(const std::string& name, const PackedFile& file);
+
+// Verifies from the file alone what docs/FORMAT.md promises beyond the tables PackedFile checks on
+// open: every row within its width and every width within the capacity; positions restarting at
+// 0 per piece; each sample's pieces continuing one another from token 0 without overlap; the first
+// label of each piece -100 and every other one an id or -100; input ids non-negative. Throws
+// varpack::Error naming `name`, the row, the piece and the token at fault.
+void verify_packed_file(const std::string& name, const PackedFile& file,
+                        const ProgressFn& progress = {});
 
 }  // namespace varpack

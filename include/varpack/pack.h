@@ -27,8 +27,11 @@ enum class OverlongPolicy {
                      // the caller runs each over context-parallel ranks (python/varpack/cp_schedule.py)
 };
 
+// The largest capacity: a row's cu_seqlens are int32 (what varlen attention kernels take).
+inline constexpr int64_t kMaxCapacity = 2147483647;
+
 struct PackOptions {
-  int64_t capacity = 4096;
+  int64_t capacity = 4096;  // in [1, kMaxCapacity]
   Algorithm algorithm = Algorithm::bfd;
   OverlongPolicy overlong = OverlongPolicy::error;
   int64_t batch_size = 8;     // samples per batch, for Algorithm::dynamic only
@@ -99,5 +102,8 @@ Algorithm parse_algorithm(std::string_view name);
 OverlongPolicy parse_overlong_policy(std::string_view name);
 std::string_view to_string(Algorithm algorithm);
 std::string_view to_string(OverlongPolicy policy);
+// Every accepted name, in the parsers' order (for the command line's choices).
+std::vector<std::string> algorithm_names();
+std::vector<std::string> overlong_policy_names();
 
 }  // namespace varpack

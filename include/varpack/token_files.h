@@ -86,6 +86,8 @@ TokenFile read_megatron(const std::string& prefix);
 // The token-file inputs the command and Python take by name: "megatron:PREFIX" or "PREFIX.bin"
 // (Megatron), "DATA.npy" (offsets from default_offsets_path). Anything else is not a token file.
 bool is_token_file(std::string_view input);
+// The files a token-file input reads: DATA.npy and its offsets, or PREFIX.bin and PREFIX.idx.
+std::vector<std::string> token_file_paths(std::string_view input);
 // Throws varpack::Error if !is_token_file; `progress` hears of the tokens checked (of all).
 TokenFile open_token_file(const std::string& input, const ProgressFn& progress = {});
 

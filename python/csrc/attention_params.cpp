@@ -189,6 +189,7 @@ AttentionParams forward_params(const at::Tensor& q, const at::Tensor& k, const a
   p.kv_heads = static_cast<int>(k.size(1));
   p.head_dim = static_cast<int>(q.size(2));
   p.softmax_scale = static_cast<float>(softmax_scale);
+  p.softmax_scale_f64 = softmax_scale;
   p.causal = causal;
   p.window_left = window_left;
   p.window_right = window_right;

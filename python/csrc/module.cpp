@@ -4,12 +4,15 @@
 // same message. python/varpack/packing.py gives them their Python shape. (The attention operators
 // are registered with torch in attention_op.cpp, loaded with this module.)
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 #include <torch/extension.h>
 
 #include <algorithm>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -52,21 +55,47 @@ class SequenceTokenSource final : public varpack::TokenSource {
     return {a.data(), static_cast<size_t>(a.size())};
   }
 
+  [[noreturn]] static void out_of_range(int64_t sample, const char* what, py::ssize_t index,
+                                        const std::string& value, bool labels) {
+    throw py::value_error("sample " + std::to_string(sample) + ": " + what + "[" + std::to_string(index) +
+                          "] is " + value + "; " + what + " must be integers in [0, 2147483647]" +
+                          (labels ? " or -100 (ignored)" : ""));
+  }
+
+  // Every value is checked before the narrowing to int32, which would wrap it (2^31 became
+  // -2^31, 2^32 + 7 became 7, uint64 2^63 became 0).
+  template <typename T>
+  static void check_ids(const py::array& raw, int64_t sample, const char* what, bool labels) {
+    const auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(raw);
+    const T* v = a.data();
+    for (py::ssize_t i = 0; i < a.size(); ++i) {
+      bool in_range = v[i] <= T{2147483647};
+      if constexpr (std::is_signed_v<T>) in_range = in_range && (v[i] >= 0 || (labels && v[i] == -100));
+      if (!in_range) out_of_range(sample, what, i, std::to_string(v[i]), labels);
+    }
+  }
+
   static Int32Array to_ids(const py::handle& obj, int64_t sample, const char* what) {
     const py::array raw = py::array::ensure(obj);
     // Casting floats or booleans to token ids would silently change them; an empty list is
-    // float64 to numpy and fine.
+    // float64 to numpy and fine. Python ints beyond 64 bits make an object array.
     const char kind = raw ? raw.dtype().kind() : '?';
     if (!raw || (kind != 'i' && kind != 'u' && raw.size() > 0)) {
       throw py::value_error("sample " + std::to_string(sample) + ": " + what + " must hold integer token ids, got " +
-                            (raw ? "dtype " + std::string(py::str(raw.dtype())) : std::string(py::str(py::type::of(obj)))));
+                            (raw ? "dtype " + std::string(py::str(raw.dtype())) : std::string(py::str(py::type::of(obj)))) +
+                            (kind == 'O' ? " (integers beyond 64 bits?); ids must be in [0, 2147483647]" : ""));
     }
-    Int32Array a = Int32Array::ensure(raw);
-    if (a.ndim() != 1) {
+    if (raw.ndim() != 1) {
       throw py::value_error("sample " + std::to_string(sample) + ": " + what + " must be 1-D, got " +
-                            std::to_string(a.ndim()) + " dimensions");
+                            std::to_string(raw.ndim()) + " dimensions");
     }
-    return a;
+    const bool labels = std::string_view(what) == "labels";
+    if (kind == 'u') {
+      check_ids<uint64_t>(raw, sample, what, labels);
+    } else if (kind == 'i') {
+      check_ids<int64_t>(raw, sample, what, labels);
+    }
+    return Int32Array::ensure(raw);
   }
 
   const Sample& fetch(int64_t sample) const {
@@ -319,6 +348,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("step_imbalance", vector_view(&varpack::RankAssignment::step_imbalance))
       .def_property_readonly("stats", [](const varpack::RankAssignment& a) { return balance_stats_dict(a.stats); });
 
+  m.def("algorithm_names", [] { return py::cast(varpack::algorithm_names()); });
+  m.def("overlong_policy_names", [] { return py::cast(varpack::overlong_policy_names()); });
+  m.attr("MAX_CAPACITY") = varpack::kMaxCapacity;
   m.def("plan_packing", &plan_packing, py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"),
         py::arg("overlong"), py::arg("batch_size"), py::arg("shuffle_rows"), py::arg("seed"));
   m.def("build_packed_batch", &build_batch, py::arg("plan"), py::arg("row_first"), py::arg("row_last"),

@@ -33,15 +33,41 @@ from .calibrate import calibrate, row_compositions
 AUTOCAST = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+class UsageError(ValueError):
+    """Bad usage (an option's value): exit status 2, where bad input exits 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the command's one-line errors: "varpack: error: ..." and exit status 2."""
+
+    def error(self, message):
+        print(f"varpack: error: {message}; see '{self.prog} --help'", file=sys.stderr)
+        sys.exit(2)
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
 def load_factory(spec: str):
     """The function named by "module:function" or "path/to/file.py:function"."""
     module_name, _, function = spec.rpartition(":")
     if not module_name or not function:
-        raise ValueError(f"--model {spec!r}: give module:function or path/to/file.py:function")
+        raise UsageError(f"--model {spec!r}: give module:function or path/to/file.py:function")
     if module_name.endswith(".py"):
         path = pathlib.Path(module_name)
         if not path.is_file():
-            raise ValueError(f"--model {spec!r}: no file {path}")
+            raise UsageError(f"--model {spec!r}: no file {path}")
         sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
         loader = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(loader)
@@ -51,13 +77,23 @@ def load_factory(spec: str):
         module = importlib.import_module(module_name)
     factory = getattr(module, function, None)
     if not callable(factory):
-        raise ValueError(f"--model {spec!r}: {module_name} has no function {function!r}")
+        raise UsageError(f"--model {spec!r}: {module_name} has no function {function!r}")
     return factory
 
 
 def calibrate_command(args) -> int:
-    device = torch.device(args.device)
-    model = load_factory(args.model)().to(device)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        raise UsageError(f"--device {args.device!r}: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: this torch ({torch.__version__}) sees no CUDA GPU; "
+                         "use --device cpu")
+    model = load_factory(args.model)()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"--model {args.model}: the function returned {type(model).__name__}, not a "
+                         "torch.nn.Module")
+    model = model.to(device)
     model.train()
     result = calibrate(model, args.capacity, device=device, autocast=AUTOCAST[args.autocast],
                        repeats=args.repeats, warmup=args.warmup,
@@ -102,30 +138,31 @@ def export_command(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m varpack", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m varpack", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     cal = commands.add_parser("calibrate", help="time packed rows on your model and device and fit "
                               "c + alpha*tokens + beta*sum(len^2) per row",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cal.add_argument("--model", required=True, help="module:function or file.py:function returning the model")
-    cal.add_argument("--capacity", type=int, required=True, help="tokens per packed row, as in training")
+    cal.add_argument("--capacity", type=positive, required=True, help="tokens per packed row, as in training")
     cal.add_argument("--out", default="calibration.json", help="the cost model's JSON (default: %(default)s)")
     cal.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     cal.add_argument("--autocast", choices=sorted(AUTOCAST), default="bf16" if torch.cuda.is_available() else "none")
-    cal.add_argument("--repeats", type=int, default=3, help="timed runs per row (the median counts)")
-    cal.add_argument("--warmup", type=int, default=1, help="untimed runs per row first")
-    cal.add_argument("--min-length", type=int, default=16, help="shortest sample in a timed row")
+    cal.add_argument("--repeats", type=positive, default=3, help="timed runs per row (the median counts)")
+    cal.add_argument("--warmup", type=non_negative, default=1, help="untimed runs per row first")
+    cal.add_argument("--min-length", type=positive, default=16, help="shortest sample in a timed row")
     exp = commands.add_parser("export", help="write packed rows as Parquet with the columns TRL's "
                               "SFTTrainer takes (input_ids, labels, position_ids, seq_lengths)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     exp.add_argument("input", help="token data (Parquet, Arrow, a datasets folder, DATA.npy, Megatron) "
                      "to plan, or a packed .bin from `varpack pack` whose rows are exported")
     exp.add_argument("--out", "-o", required=True, help="the Parquet file to write")
-    exp.add_argument("--capacity", "-L", type=int, help="tokens per row (token data only)")
+    exp.add_argument("--capacity", "-L", type=positive, help="tokens per row (token data only)")
     exp.add_argument("--column", default="input_ids", help="Arrow input: the token ids' column")
     exp.add_argument("--labels", help="Arrow input: a column of labels (ids or -100), if any")
-    exp.add_argument("--algorithm", "-a", default="bfd", help="ffd | bfd | histogram | none")
-    exp.add_argument("--overlong", default="error", help="samples longer than L: error | truncate | split")
+    exp.add_argument("--algorithm", "-a", default="bfd", choices=("ffd", "bfd", "histogram", "none"))
+    exp.add_argument("--overlong", default="error", choices=("error", "truncate", "split"),
+                     help="samples longer than L")
     order = exp.add_mutually_exclusive_group()
     order.add_argument("--seed", type=int, default=0, help="seed of the row shuffle (default: %(default)s)")
     order.add_argument("--keep-order", action="store_true",
@@ -135,8 +172,12 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return calibrate_command(args) if args.command == "calibrate" else export_command(args)
-    except (ValueError, OSError, ImportError) as error:
+    except UsageError as error:
         print(f"varpack: error: {error}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, ImportError, RuntimeError) as error:
+        message = " ".join(str(error).split())  # one line, whatever the model's error looked like
+        print(f"varpack: error: {message}", file=sys.stderr)
         return 1
 
 

@@ -117,7 +117,7 @@ class CostModel:
         return cls.from_dict(values)
 
 
-# ANCHORS.md's fit for a 542M-parameter Llama-style decoder on an H200, forward + backward of one
+# The reference fit (bench/results/distributed.md) for a 542M-parameter Llama-style decoder on an H200, forward + backward of one
 # row per call: 3.38 ms + 7.26 us/token + 351 ps/token^2. A stand-in until `python -m varpack
 # calibrate` has measured the user's own model.
 ANCHOR_COST_MODEL = CostModel(alpha=7.26e-6, beta=351e-12, overhead=3.38e-3)

@@ -53,6 +53,9 @@ def epoch_seed(seed: int, epoch: int, index: int = 0) -> int:
 
 def sample_length(sample: Any, index: int) -> int:
     ids = sample["input_ids"] if hasattr(sample, "keys") else sample
+    if isinstance(ids, (str, bytes)):  # has a length, but of characters: tokenize first
+        raise ValueError(f"sample {index}: got text ({type(ids).__name__} {ids[:40]!r}), not token ids; "
+                         "tokenize it first (e.g. tokenizer(text)[\"input_ids\"])")
     try:
         return len(ids)
     except TypeError:
@@ -72,6 +75,15 @@ def pad_rows(flat: torch.Tensor, row_offsets: torch.Tensor, width: int, fill) ->
     out = torch.full((rows, width), fill, dtype=flat.dtype)
     out[row, column] = flat
     return out
+
+
+
+def check_planner_names(owner: str, algorithm: str, overlong: str) -> None:
+    """Refuses unknown planner names at construction, not at the first batch."""
+    from varpack.packing import ALGORITHMS, OVERLONG_POLICIES, check_choice
+
+    check_choice(f"{owner}: algorithm", algorithm, ALGORITHMS)
+    check_choice(f"{owner}: overlong", overlong, OVERLONG_POLICIES)
 
 
 class _BatchFormat:
@@ -169,6 +181,7 @@ class PackingCollator:
                              "tokens per row, or None for one row holding the whole batch")
         if padded_multiple <= 0:
             raise ValueError(f"PackingCollator: padded_multiple={padded_multiple}; it must be positive")
+        check_planner_names("PackingCollator", algorithm, overlong)
         self.chooser = chooser
         self.padded_multiple = padded_multiple
         self.last_decision = None
@@ -245,6 +258,7 @@ class PackedStream(torch.utils.data.IterableDataset):
         if not 0.0 <= min_fill <= 1.0:
             raise ValueError(f"PackedStream: min_fill={min_fill}; give the fraction of a row "
                              "(0..1) below which trailing rows wait for more samples")
+        check_planner_names("PackedStream", algorithm, overlong)
         self.rank, self.world_size = distributed_defaults(rank, world_size, "PackedStream")
         self.samples = as_samples(samples)  # Arrow data or a path: its samples, read once
         self.capacity = capacity

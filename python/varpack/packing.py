@@ -18,7 +18,11 @@ import numpy as np
 
 from . import _C
 
-__all__ = ["Plan", "plan", "build_batch"]
+__all__ = ["Plan", "plan", "build_batch", "ALGORITHMS", "OVERLONG_POLICIES", "MAX_CAPACITY"]
+
+ALGORITHMS: tuple[str, ...] = tuple(_C.algorithm_names())
+OVERLONG_POLICIES: tuple[str, ...] = tuple(_C.overlong_policy_names())
+MAX_CAPACITY: int = _C.MAX_CAPACITY  # cu_seqlens are int32
 
 
 class Plan:
@@ -91,13 +95,49 @@ def plan(lengths, capacity: int, algorithm: str = "bfd", overlong: str = "error"
                 samples for context parallelism, varpack.cp_schedule).
     shuffle:    permute the rows with `seed` (deterministic: same inputs and seed, same plan).
     """
+    array = _lengths_array(lengths)
+    return Plan(_C.plan_packing(array, _int_in("capacity", capacity, 1, MAX_CAPACITY),
+                                check_choice("algorithm", algorithm, ALGORITHMS),
+                                check_choice("overlong", overlong, OVERLONG_POLICIES),
+                                _int_in("batch_size", batch_size, 1, 2**63 - 1), bool(shuffle),
+                                _int_in("seed", seed, 0, 2**64 - 1)))
+
+
+def _int_in(name: str, value, low: int, high: int) -> int:
+    """`value` as an int in [low, high], or a ValueError naming the argument and the value."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value}")
+    return value
+
+
+def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
+    """`value` if it is one of `choices`, else a ValueError naming the argument and the choices."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _lengths_array(lengths) -> np.ndarray:
+    """Sample lengths as int64, each checked to be a non-negative integer (naming the sample)."""
+    if not hasattr(lengths, "__len__"):
+        raise TypeError(f"lengths must be a sequence or 1-D array of integers, got {type(lengths).__name__} "
+                        f"(a generator or iterator? pass list(...))")
     array = np.asarray(lengths)
     if array.ndim != 1:
         raise ValueError(f"lengths must be 1-D, got shape {array.shape}")
-    if array.size and not np.issubdtype(array.dtype, np.integer):
+    if not array.size:
+        return array.astype(np.int64)
+    if array.dtype.kind not in "iu":
         raise ValueError(f"lengths must be integers, got dtype {array.dtype}")
-    return Plan(_C.plan_packing(array.astype(np.int64, copy=False), operator.index(capacity), algorithm,
-                                overlong, operator.index(batch_size), bool(shuffle), operator.index(seed)))
+    bad = np.flatnonzero((array < 0) | (array > np.iinfo(np.int64).max))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"lengths[{i}] (sample {i}) is {array[i]}; lengths must be integers >= 0")
+    return array.astype(np.int64, copy=False)
 
 
 def _row_range(rows, num_rows: int) -> tuple[int, int]:
@@ -139,5 +179,7 @@ def build_batch(plan: Plan, samples: Sequence, rows=None, pad_to_multiple: int =
         raise TypeError(f"samples must be a sequence indexable by sample (a list, an array, a dataset), "
                         f"got {type(samples).__name__}")
     first, last = _row_range(rows, plan.num_rows)
-    return _C.build_packed_batch(plan._native, first, last, samples, operator.index(pad_to_multiple),
-                                 operator.index(pad_token_id), bool(restart_positions_per_piece))
+    return _C.build_packed_batch(plan._native, first, last, samples,
+                                 _int_in("pad_to_multiple", pad_to_multiple, 1, MAX_CAPACITY),
+                                 _int_in("pad_token_id", pad_token_id, 0, 2**31 - 1),
+                                 bool(restart_positions_per_piece))

@@ -19,6 +19,9 @@ int64_t checked_total_tokens(const PackPlan& plan, int64_t row_first, int64_t ro
   if (options.pad_to_multiple < 1)
     throw Error("pad_to_multiple must be >= 1 (got " + std::to_string(options.pad_to_multiple) +
                 ")");
+  if (options.pad_token_id < 0)
+    throw Error("pad_token_id must be a token id in [0, 2147483647] (got " +
+                std::to_string(options.pad_token_id) + ")");
   if (row_first < 0 || row_first > row_last || row_last > plan.rows())
     throw Error("row range [" + std::to_string(row_first) + ", " + std::to_string(row_last) +
                 ") is not within the plan's " + std::to_string(plan.rows()) + " rows");
@@ -36,6 +39,15 @@ int64_t checked_total_tokens(const PackPlan& plan, int64_t row_first, int64_t ro
         throw Error("sample " + std::to_string(p.sample) + " has " + std::to_string(size) +
                     " tokens but the plan takes tokens [" + std::to_string(p.offset) + ", " +
                     std::to_string(p.offset + p.length) +
+                    "); plan the lengths of this source");
+      // Only a piece as long as the capacity (truncated, or not the last of a split sample) may
+      // end before its sample does; a shorter one means the sample grew since it was planned.
+      if (plan.stats.capacity > 0 && p.offset + p.length < size && p.length < plan.stats.capacity)
+        throw Error("sample " + std::to_string(p.sample) + " has " + std::to_string(size) +
+                    " tokens but was planned with " + std::to_string(p.offset + p.length) +
+                    " (its piece [" + std::to_string(p.offset) + ", " +
+                    std::to_string(p.offset + p.length) + ") ends before it, shorter than the " +
+                    "capacity " + std::to_string(plan.stats.capacity) +
                     "); plan the lengths of this source");
       const auto labels = source.labels(p.sample);
       if (!labels.empty() && labels.size() != ids.size())

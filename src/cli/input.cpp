@@ -107,8 +107,22 @@ TokenStore load_samples(const std::string& input, int64_t max_length, const Imag
   return store;
 }
 
+std::vector<ProtectedFile> input_files(const std::string& input) {
+  if (is_profile(input)) return {};
+  if (!is_token_file(input) || is_packed_file(input)) return {{input, "input"}};
+  std::vector<ProtectedFile> files;
+  for (const std::string& path : token_file_paths(input)) {
+    files.push_back({path, path == input ? "input" : "companion file of input " + input});
+  }
+  return files;
+}
+
 Samples open_samples(const std::string& input, int64_t max_length, const ImageOptions& images,
                      const std::string& column) {
+  if (is_packed_file(input)) {
+    throw Error(input + ": a packed file written by varpack pack, not samples to pack; " +
+                "varpack inspect " + input + " shows it, varpack stats reads its lengths");
+  }
   if (is_token_file(input) || is_arrow_input(input)) {
     auto file = std::make_unique<TokenFile>(open_checked_token_file(input, max_length, column));
     std::vector<int64_t> lengths(file->lengths().begin(), file->lengths().end());
@@ -122,6 +136,7 @@ Samples open_samples(const std::string& input, int64_t max_length, const ImageOp
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length,
                                   const ImageOptions& options, const std::string& column) {
   if (is_profile(input)) return profile_lengths(input);
+  if (is_packed_file(input)) return packed_sample_lengths(input, PackedFile(input));
   if (is_token_file(input)) {
     std::vector<int64_t> lengths = token_file_lengths(input);
     for (size_t i = 0; i < lengths.size(); ++i) {

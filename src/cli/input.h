@@ -40,8 +40,13 @@ struct Samples {
 Samples open_samples(const std::string& input, int64_t max_length = 0, const ImageOptions& images = {},
                      const std::string& column = "input_ids");
 
+// The files `input` reads (none for a profile; "-" for standard input), each with what it is to
+// the command: what no output may overwrite.
+std::vector<ProtectedFile> input_files(const std::string& input);
+
 // Only the lengths of `input`'s samples (image tokens included): a file is scanned without keeping
-// its tokens.
+// its tokens. A packed binary file (varpack pack -o FILE.bin) gives the lengths of the samples it
+// packed (as packed: truncated samples without their cut tokens).
 std::vector<int64_t> load_lengths(const std::string& input, int64_t max_length = 0,
                                   const ImageOptions& images = {}, const std::string& column = "input_ids");
 

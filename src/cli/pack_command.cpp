@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "input.h"
-#include "json_writer.h"
+#include "report.h"
 #include "progress.h"
 #include "varpack/error.h"
 #include "varpack/io.h"
@@ -25,16 +25,7 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-void require_positive(int64_t value, const char* option, const char* what) {
-  if (value <= 0) {
-    throw Error(std::string(option) + " must be a positive number (" + what + "), got " +
-                std::to_string(value));
-  }
-}
-
 int run_pack(const PackArgs& args) {
-  require_positive(args.capacity, "--capacity", "tokens per row");
-  require_positive(args.batch_size, "--batch-size", "samples per batch for dynamic padding");
   PackOptions options;
   options.capacity = args.capacity;
   options.algorithm = parse_algorithm(args.algorithm);
@@ -54,17 +45,26 @@ int run_pack(const PackArgs& args) {
   const OutputFormat format =
       args.format.empty() ? output_format_for_path(args.out) : parse_output_format(args.format);
 
-  AtomicFile out(args.out);
-  std::optional<AtomicFile> report;
-  if (!args.report.empty()) report.emplace(args.report);
+  // Neither output may be an input (or a file beside it) or the other output: refused here,
+  // before anything is read.
+  // Their errors are all about the paths given (a collision, a directory that does not exist).
+  std::vector<ProtectedFile> protect = input_files(args.input);
+  std::optional<AtomicFile> out, report;
+  try {
+    out.emplace(args.out, protect);
+    if (!args.report.empty()) {
+      protect.push_back({args.out == "-" ? "/dev/stdout" : args.out, "--out"});
+      report.emplace(args.report, protect);
+    }
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  // The summary goes where the packed rows do not.
+  std::FILE* summary = out->to_stdout() || (report && report->to_stdout()) ? stderr : stdout;
 
   const auto start = Clock::now();
   const int64_t reject_longer_than =
       options.overlong == OverlongPolicy::error ? options.capacity : 0;
-  if (args.image_token_id != -1 && (args.image_token_id < 0 || args.image_token_id > INT32_MAX)) {
-    throw Error("--image-token-id must be a token id in [0, 2147483647], got " +
-                std::to_string(args.image_token_id));
-  }
   const Samples input = open_samples(args.input, reject_longer_than,
                                      ImageOptions{options.capacity, args.image_token_id}, args.column);
   const TokenSource& samples = *input.source;
@@ -84,78 +84,80 @@ int run_pack(const PackArgs& args) {
   {
     ProgressBar bar("writing " + args.out, "rows");
     if (format == OutputFormat::binary) {
-      write_packed_binary(out, plan, samples, {}, bar.fn());
+      write_packed_binary(*out, plan, samples, {}, bar.fn());
     } else {
-      write_packed_jsonl(out, plan, samples, {}, bar.fn());
+      write_packed_jsonl(*out, plan, samples, {}, bar.fn());
     }
   }
   const double write_seconds = seconds_since(write_start);
   const auto check_start = Clock::now();
   if (args.check) {
     ProgressBar bar("checking " + args.out, "rows");
-    check_packed_file(out.temp_path(), args.out, format, plan, samples, {}, bar.fn());
+    check_packed_file(out->temp_path(), args.out, format, plan, samples, {}, bar.fn());
   }
   const double check_seconds = seconds_since(check_start);
   const double seconds = seconds_since(start);
 
   const PlanStats& s = plan.stats;
   if (report) {
-    JsonObject json;
-    json.add("input", args.input)
-        .add("output", args.out)
-        .add("format", to_string(format))
-        .add("algorithm", to_string(options.algorithm))
-        .add("overlong", to_string(options.overlong))
-        .add("capacity", s.capacity)
-        .add("batch_size", options.batch_size)
-        .add("seed", options.seed)
-        .add("shuffle", options.shuffle_rows)
-        .add("samples", s.samples)
-        .add("tokens", s.tokens)
-        .add("rows", s.rows)
-        .add("lower_bound_rows", s.lower_bound_rows)
-        .add("gap_to_lower_bound", s.gap_to_lower_bound())
-        .add("padded_tokens", s.padded_tokens)
-        .add("padding_rate_packed", s.padding_rate_packed)
-        .add("padding_rate_unpacked", s.padding_rate_unpacked)
-        .add("truncated_tokens", s.truncated_tokens)
-        .add("skipped_samples", s.skipped_samples)
-        .add("split_samples", s.split_samples)
-        .add("seconds", seconds)
-        .add("seconds_read", read_seconds)
-        .add("seconds_plan", plan_seconds)
-        .add("seconds_write", write_seconds)
-        .add("checked", args.check);
-    const std::string text = json.str();
+    Json json = report_header(args.argv);
+    json["input"] = args.input;
+    json["input_bytes"] = input_sizes(args.input);
+    json["output"] = args.out;
+    json["format"] = to_string(format);
+    json["algorithm"] = to_string(options.algorithm);
+    json["overlong"] = to_string(options.overlong);
+    json["capacity"] = s.capacity;
+    json["batch_size"] = options.batch_size;
+    json["seed"] = options.seed;
+    json["shuffle"] = options.shuffle_rows;
+    json["samples"] = s.samples;
+    json["tokens"] = s.tokens;
+    json["lengths"] = length_summary(input.lengths);
+    json["rows"] = s.rows;
+    json["lower_bound_rows"] = s.lower_bound_rows;
+    json["gap_to_lower_bound"] = s.gap_to_lower_bound();
+    json["padded_tokens"] = s.padded_tokens;
+    json["padding_rate_packed"] = s.padding_rate_packed;
+    json["padding_rate_unpacked"] = s.padding_rate_unpacked;
+    json["truncated_tokens"] = s.truncated_tokens;
+    json["skipped_samples"] = s.skipped_samples;
+    json["split_samples"] = s.split_samples;
+    json["seconds"] = seconds;
+    json["seconds_read"] = read_seconds;
+    json["seconds_plan"] = plan_seconds;
+    json["seconds_write"] = write_seconds;
+    json["checked"] = args.check;
+    const std::string text = to_text(json);
     report->write(text.data(), text.size());
   }
-  out.commit();
+  out->commit();
   if (report) report->commit();
 
-  std::printf("packed %lld samples (%lld tokens) from %s into %lld rows of %lld with %s -> %s (%s)\n",
+  std::fprintf(summary, "packed %lld samples (%lld tokens) from %s into %lld rows of %lld with %s -> %s (%s)\n",
               static_cast<long long>(s.samples), static_cast<long long>(s.tokens),
               args.input.c_str(), static_cast<long long>(s.rows),
               static_cast<long long>(s.capacity), std::string(to_string(options.algorithm)).c_str(),
               args.out.c_str(), std::string(to_string(format)).c_str());
-  std::printf("  lower bound %lld rows (+%lld); padding %.2f%% unpacked (a row of L per sample) "
+  std::fprintf(summary, "  lower bound %lld rows (+%lld); padding %.2f%% unpacked (a row of L per sample) "
               "-> %.2f%% in these rows\n",
               static_cast<long long>(s.lower_bound_rows),
               static_cast<long long>(s.gap_to_lower_bound()), 100 * s.padding_rate_unpacked,
               100 * s.padding_rate_packed);
   if (options.shuffle_rows) {
-    std::printf("  rows shuffled with seed %llu (--keep-order keeps the planner's order)\n",
+    std::fprintf(summary, "  rows shuffled with seed %llu (--keep-order keeps the planner's order)\n",
                 static_cast<unsigned long long>(options.seed));
   } else {
-    std::printf("  rows in the planner's order (--keep-order), longest-first packers' fullest rows first\n");
+    std::fprintf(summary, "  rows in the planner's order (--keep-order), longest-first packers' fullest rows first\n");
   }
-  std::printf("  %lld truncated tokens, %lld zero-length samples skipped, %lld samples split\n",
+  std::fprintf(summary, "  %lld truncated tokens, %lld zero-length samples skipped, %lld samples split\n",
               static_cast<long long>(s.truncated_tokens),
               static_cast<long long>(s.skipped_samples), static_cast<long long>(s.split_samples));
-  std::printf("  %.3f s (read %.3f, plan %.3f, write %.3f)%s\n", seconds, read_seconds,
+  std::fprintf(summary, "  %.3f s (read %.3f, plan %.3f, write %.3f)%s\n", seconds, read_seconds,
               plan_seconds, write_seconds,
               report ? (", report " + args.report).c_str() : "");
   if (args.check) {
-    std::printf("  checked in %.3f s: every token, position, label and cu_seqlens of %s matches "
+    std::fprintf(summary, "  checked in %.3f s: every token, position, label and cu_seqlens of %s matches "
                 "the input\n", check_seconds, args.out.c_str());
   }
   return 0;

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "cost_model_file.h"
 #include "input.h"
+#include "report.h"
 #include "varpack/cost_model.h"
 #include "varpack/error.h"
 #include "varpack/pack.h"
@@ -80,12 +81,54 @@ void print_strategy_table(const StrategyComparison& comparison) {
               model.alpha, model.beta, model.overhead);
 }
 
+namespace {
+
+Json histogram_json(const std::vector<int64_t>& sorted) {
+  const std::vector<int64_t> edges = histogram_edges(sorted);
+  Json bins = Json::array();
+  for (size_t b = 0; b + 1 < edges.size(); ++b) {
+    const auto count = std::lower_bound(sorted.begin(), sorted.end(), edges[b + 1]) -
+                       std::lower_bound(sorted.begin(), sorted.end(), edges[b]);
+    bins.push_back({{"from", edges[b]}, {"to", edges[b + 1]}, {"count", count}});
+  }
+  return bins;
+}
+
+void print_json(const StatsArgs& args, const std::vector<int64_t>& sorted,
+                const StrategyComparison& comparison, int64_t over, int64_t empty) {
+  Json json = report_header(args.argv);
+  json["input"] = args.input;
+  json["input_bytes"] = input_sizes(args.input);
+  json["capacity"] = args.capacity;
+  json["overlong"] = args.overlong;
+  json["samples"] = sorted.size();
+  json["tokens"] = std::accumulate(sorted.begin(), sorted.end(), int64_t{0});
+  json["zero_length_samples"] = empty;
+  json["samples_over_capacity"] = over;
+  json["lengths"] = length_summary(sorted);
+  json["histogram"] = histogram_json(sorted);
+  json["cost_model"] = {{"alpha", comparison.model.alpha},
+                        {"beta", comparison.model.beta},
+                        {"overhead", comparison.model.overhead}};
+  Json strategies = Json::array();
+  for (const StrategyCost& s : comparison.strategies) {
+    strategies.push_back({{"name", s.name},
+                          {"rows", s.rows},
+                          {"slots", s.slots},
+                          {"padding_rate", s.padding_rate},
+                          {"compute", s.compute},
+                          {"saving_vs_fixed", s.saving_vs_fixed}});
+  }
+  json["strategies"] = std::move(strategies);
+  std::fputs(to_text(json).c_str(), stdout);
+}
+
+}  // namespace
+
 int run_stats(const StatsArgs& args) {
-  require_positive(args.capacity, "--capacity", "tokens per row");
-  require_positive(args.batch_size, "--batch-size", "samples per batch for dynamic padding");
-  if (args.cost_model.empty() && (!(args.alpha >= 0) || !(args.beta >= 0) || args.alpha + args.beta <= 0)) {
-    throw Error("--alpha and --beta must be >= 0 and not both 0 (the cost of a sample of n "
-                "tokens is alpha*n + beta*n^2)");
+  if (args.cost_model.empty() && args.alpha + args.beta <= 0) {
+    throw UsageError("--alpha and --beta must not both be 0 (the cost of a sample of n tokens is "
+                     "alpha*n + beta*n^2)");
   }
   PackOptions options;
   options.capacity = args.capacity;
@@ -113,14 +156,19 @@ int run_stats(const StatsArgs& args) {
   const auto over = std::count_if(sorted.begin(), sorted.end(),
                                   [&](int64_t n) { return n > args.capacity; });
   const auto empty = std::count(sorted.begin(), sorted.end(), int64_t{0});
+  if (args.json) {
+    print_json(args, sorted, comparison, over, empty);
+    return 0;
+  }
   std::printf("%s: %zu samples, %lld tokens; length min %lld, median %lld, mean %.1f, max %lld; "
-              "%lld zero-length, %lld over the capacity %lld\n\n",
+              "%lld zero-length, %lld over the capacity %lld%s\n\n",
               args.input.c_str(), sorted.size(), static_cast<long long>(total),
               static_cast<long long>(sorted.front()),
               static_cast<long long>(sorted[sorted.size() / 2]),
               static_cast<double>(total) / static_cast<double>(sorted.size()),
               static_cast<long long>(sorted.back()), static_cast<long long>(empty),
-              static_cast<long long>(over), static_cast<long long>(args.capacity));
+              static_cast<long long>(over), static_cast<long long>(args.capacity),
+              over > 0 ? (" (packed line: --overlong " + args.overlong + ")").c_str() : "");
   print_histogram(sorted);
 
   std::printf("\n");

@@ -1,6 +1,7 @@
 // The JSONL reader: lines come from the chunked line reader (line_reader.h) and each is parsed
 // on its own with simdjson's DOM parser, which validates the whole line. Memory is proportional
 // to the tokens kept by the caller, never to the JSON text.
+#include <array>
 #include <limits>
 #include <simdjson.h>
 #include <string>
@@ -14,6 +15,8 @@ namespace varpack {
 namespace {
 
 constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+constexpr std::string_view kBom = "\xEF\xBB\xBF";
+constexpr std::array<std::string_view, 3> kOurKeys = {"input_ids", "labels", "images"};
 
 const char* type_name(simdjson::dom::element_type type) {
   switch (type) {
@@ -45,9 +48,18 @@ class LineParser {
   // `p` must have SIMDJSON_PADDING readable bytes after p + n (their content does not matter).
   void parse(const char* p, size_t n, int64_t line) {
     line_ = line;
+    // A UTF-8 byte-order mark (some Windows editors write one) is not part of the JSON.
+    if (line == 1 && n >= kBom.size() && std::string_view(p, kBom.size()) == kBom) {
+      p += kBom.size();
+      n -= kBom.size();
+    }
     if (is_blank(p, n)) return;
     simdjson::dom::element doc;
     if (const auto err = parser_.parse(p, n, false).get(doc)) {
+      if (err == simdjson::NUMBER_ERROR) {
+        fail("a number too large to read (more than 19 digits) or malformed; token ids and "
+             "labels are integers in [0, 2147483647] or -100");
+      }
       fail(std::string("malformed JSON (") + simdjson::error_message(err) +
            "); every line must be one JSON object like {\"input_ids\": [1, 2, 3]}");
     }
@@ -56,6 +68,7 @@ class LineParser {
       fail(std::string("expected a JSON object like {\"input_ids\": [1, 2, 3]}, got ") +
            type_name(doc.type()));
     }
+    refuse_duplicate_keys(object);
     simdjson::dom::element ids;
     if (object["input_ids"].get(ids)) {
       fail("no \"input_ids\" field; every line must be an object like {\"input_ids\": [1, 2, 3]}");
@@ -75,13 +88,30 @@ class LineParser {
     if (with_images_ && !object["images"].get(images) && !images.is_null()) read_images(images);
     on_sample_(records_, line, ids_, labels_, images_);
     ++records_;
+    if (!ids_.empty() || !images_.empty()) ++non_empty_records_;
   }
 
   int64_t records() const { return records_; }
+  int64_t non_empty_records() const { return non_empty_records_; }
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(path_ + ":" + std::to_string(line_) + ": " + what);
+  }
+
+  // JSON leaves a repeated key to the reader (simdjson takes the first, Python's json the last):
+  // one of ours twice is refused rather than guessed.
+  void refuse_duplicate_keys(simdjson::dom::object object) const {
+    bool seen[3] = {false, false, false};
+    for (const auto field : object) {
+      for (size_t k = 0; k < kOurKeys.size(); ++k) {
+        if (field.key != kOurKeys[k]) continue;
+        if (seen[k]) {
+          fail("\"" + std::string(kOurKeys[k]) + "\" appears twice in the object; keep one");
+        }
+        seen[k] = true;
+      }
+    }
   }
 
   // Integers in [0, 2^31) go in; `also_allowed` (-100 for labels) too. Anything else fails,
@@ -182,6 +212,7 @@ class LineParser {
   std::vector<int32_t> ids_, labels_;
   std::vector<ImageRecord> images_;
   int64_t records_ = 0;
+  int64_t non_empty_records_ = 0;
   int64_t line_ = 0;
 };
 
@@ -199,6 +230,10 @@ void scan(const std::string& path, const MultimodalSampleFn& on_sample, bool wit
                 (lines == 0 ? std::string("the file is empty")
                             : "its " + std::to_string(lines) + " line(s) are all blank") +
                 "; expected one JSON object like {\"input_ids\": [1, 2, 3]} per line");
+  }
+  if (parser.non_empty_records() == 0) {
+    throw Error(path + ": no tokens: all " + std::to_string(parser.records()) +
+                " record(s) have an empty \"input_ids\" (and no images); nothing to pack");
   }
 }
 

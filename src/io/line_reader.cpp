@@ -34,7 +34,9 @@ class FileDescriptor {
 int64_t for_each_line(const std::string& path,
                       const std::function<void(const char*, size_t, int64_t)>& on_line,
                       const ProgressFn& progress) {
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // "-" is standard input (a copy of its descriptor, so closing it leaves stdin open).
+  FileDescriptor file(path == "-" ? ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3)
+                                  : ::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (file.get() < 0) {
     throw Error(path + ": cannot open: " + std::strerror(errno) +
                 (errno == ENOENT ? "; check the path" : ""));

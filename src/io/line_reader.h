@@ -16,7 +16,7 @@ namespace varpack::detail {
 // Calls `on_line(data, size, line)` for every line (1-based `line`; the newline excluded, a
 // last line without one included); at least SIMDJSON_PADDING bytes after data + size are
 // readable (their content is unspecified). Returns the number of lines. Throws varpack::Error
-// naming the file if it cannot be opened or read, or is a directory.
+// naming the file if it cannot be opened or read, or is a directory. Path "-" is standard input.
 int64_t for_each_line(const std::string& path,
                       const std::function<void(const char* data, size_t size, int64_t line)>& on_line,
                       const ProgressFn& progress = {});

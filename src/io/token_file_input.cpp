@@ -20,6 +20,13 @@ bool is_token_file(std::string_view input) {
   return input.starts_with(kMegatronPrefix) || input.ends_with(".bin") || input.ends_with(".npy");
 }
 
+std::vector<std::string> token_file_paths(std::string_view input) {
+  if (input.ends_with(".npy")) return {std::string(input), default_offsets_path(input)};
+  if (input.starts_with(kMegatronPrefix)) input.remove_prefix(kMegatronPrefix.size());
+  if (input.ends_with(".bin")) input.remove_suffix(4);
+  return {std::string(input) + ".bin", std::string(input) + ".idx"};
+}
+
 TokenFile::Raw open_token_file_raw(const std::string& input) {
   std::string_view name = input;
   if (name.starts_with(kMegatronPrefix)) return read_megatron_raw(std::string(name.substr(kMegatronPrefix.size())));

@@ -11,8 +11,9 @@ namespace varpack::detail {
 PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions& options,
                             std::vector<int64_t>* length_counts) {
   const int64_t capacity = options.capacity;
-  if (capacity <= 0)
-    throw Error("capacity must be > 0 tokens per row (got " + std::to_string(capacity) + ")");
+  if (capacity <= 0 || capacity > kMaxCapacity)
+    throw Error("capacity must be in [1, " + std::to_string(kMaxCapacity) +
+                "] tokens per row (cu_seqlens are int32), got " + std::to_string(capacity));
   // Counting into a scratch slot when no counts are wanted keeps one branch-free loop.
   std::vector<int64_t> no_counts(1);
   if (length_counts != nullptr) length_counts->assign(static_cast<size_t>(capacity) + 1, 0);
@@ -37,7 +38,8 @@ PieceTotals check_and_count(std::span<const int64_t> lengths, const PackOptions&
                   "; choose the over-length policy 'truncate' (keep its first " +
                   std::to_string(capacity) + " tokens), 'split' (cut it into pieces of at most " +
                   std::to_string(capacity) + " tokens) or 'cp' (leave it out, to run it over "
-                  "context-parallel ranks), or raise the capacity");
+                  "context-parallel ranks): overlong='split' in Python, --overlong split on the "
+                  "command line; or raise the capacity");
     } else if (options.overlong == OverlongPolicy::context_parallel) {
       ++totals.context_parallel_samples;
     } else if (options.overlong == OverlongPolicy::truncate) {

@@ -27,6 +27,13 @@ constexpr std::array<std::pair<OverlongPolicy, std::string_view>, 4> kPolicyName
 }};
 
 template <typename Names>
+std::vector<std::string> names_of(const Names& names) {
+  std::vector<std::string> out;
+  for (const auto& entry : names) out.emplace_back(entry.second);
+  return out;
+}
+
+template <typename Names>
 std::string joined(const Names& names) {
   std::string out;
   for (const auto& [value, name] : names) out += (out.empty() ? "" : ", ") + std::string(name);
@@ -141,6 +148,9 @@ OverlongPolicy parse_overlong_policy(std::string_view name) {
   throw Error("unknown over-length policy '" + std::string(name) + "'; use one of " +
               joined(kPolicyNames));
 }
+
+std::vector<std::string> algorithm_names() { return names_of(kAlgorithmNames); }
+std::vector<std::string> overlong_policy_names() { return names_of(kPolicyNames); }
 
 std::string_view to_string(Algorithm algorithm) {
   for (const auto& [value, name] : kAlgorithmNames)

@@ -29,18 +29,18 @@ struct ProfileSpec {
 
 constexpr std::array<ProfileSpec, 4> kProfiles{{
     // The report this project starts from: 2000 samples uniform in [50, 800), rows of 4096
-    // (issue 2; ANCHORS.md "End-to-end training step", first row: 47.6% padding when padded to
+    // (issue 2; the reference training-step measurement, first row: 47.6% padding when padded to
     // the longest sample).
     {{"report", "uniform in [50, 800), rows of 4096: the report's profile", 4096, 2000},
      Shape::uniform, 50, 799, 0, 0},
-    // Long documents: uniform 1k..8k into rows of 16384 (ANCHORS.md "End-to-end training step",
+    // Long documents: uniform 1k..8k into rows of 16384 (the reference training-step measurement,
     // second row: 35.8% padding when padded to the longest sample).
-    {{"long", "uniform in [1000, 8000], rows of 16384: long documents (ANCHORS.md)", 16384, 1000},
+    {{"long", "uniform in [1000, 8000], rows of 16384: long documents", 16384, 1000},
      Shape::uniform, 1000, 8000, 0, 0},
-    // Long-tailed lengths: lognormal with median ~1.1k clipped at 32k (ANCHORS.md, the
+    // Long-tailed lengths: lognormal with median ~1.1k clipped at 32k (the reference measurements, the
     // load-balancing simulation). The anchor gives the median and the clip, not the spread;
     // sigma = 1.0 is our assumption (mean ~1.8k, 1% of samples above 11.3k).
-    {{"longtail", "lognormal, median 1100, sigma 1.0, clipped to [1, 32768], rows of 32768 (ANCHORS.md)",
+    {{"longtail", "lognormal, median 1100, sigma 1.0, clipped to [1, 32768], rows of 32768",
       32768, 4000},
      Shape::lognormal, 1, 32768, 1100.0, 1.0},
     // Chat fine-tuning (SFT) data: the ShareGPT form of NVIDIA's Llama-Nemotron-Post-Training-

@@ -129,6 +129,7 @@ struct Problem {
     p.kv_heads = shape.kv_heads;
     p.head_dim = shape.head_dim;
     p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+    if (sizeof(T) == 8) p.softmax_scale_f64 = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
     p.causal = shape.causal;
     p.window_left = shape.window_left;
     p.window_right = shape.window_right;

@@ -215,11 +215,12 @@ TEST(PackedBatch, PaddingToAMultipleIsItsOwnSegment) {
   const PackPlan plan = plan_packing(std::vector<int64_t>{5}, o);
   BatchOptions bo;
   bo.pad_to_multiple = 8;
-  bo.pad_token_id = -1;
+  bo.pad_token_id = 99;
   const PackedBatch b = build_packed_batch(plan, 0, 1, source, bo);
   EXPECT_EQ(b.cu_seqlens, (std::vector<int32_t>{0, 5, 8}));
   EXPECT_EQ(b.segment_sample, (std::vector<int64_t>{0, -1}));
   EXPECT_EQ(b.position_ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2}));
+  EXPECT_EQ(b.input_ids, (std::vector<int32_t>{1, 2, 3, 4, 5, 99, 99, 99}));
   EXPECT_EQ(b.num_samples, 1);
   EXPECT_EQ(b.row_offsets, (std::vector<int64_t>{0, 8}));
 }
@@ -256,6 +257,18 @@ TEST(PackedBatch, ShortOrInconsistentSourcesAreErrorsNamingTheSample) {
   const std::string shorter = error_of(plan, VectorTokenSource({{1, 2, 3}, {1, 2}, {1, 2, 3, 4, 5}}));
   EXPECT_NE(shorter.find("sample 1 has 2 tokens"), std::string::npos) << shorter;
 
+  // Longer than planned was cut silently to the planned prefix.
+  const std::string longer = error_of(plan, VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4, 9}, {1, 2, 3, 4, 5}}));
+  EXPECT_NE(longer.find("sample 1 has 5 tokens but was planned with 4"), std::string::npos) << longer;
+  // A truncated or split sample is longer than its piece, which is then as long as the capacity.
+  o.capacity = 4;
+  o.overlong = OverlongPolicy::truncate;
+  EXPECT_EQ(error_of(plan_packing(std::vector<int64_t>{3, 4, 5}, o),
+                     VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4, 5}})), "");
+  o.overlong = OverlongPolicy::split;
+  EXPECT_EQ(error_of(plan_packing(std::vector<int64_t>{3, 4, 9}, o),
+                     VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9}})), "");
+
   const std::string labels =
       error_of(plan, VectorTokenSource({{1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 4, 5}}, {{}, {1}, {}}));
   EXPECT_NE(labels.find("sample 1"), std::string::npos) << labels;
@@ -265,6 +278,9 @@ TEST(PackedBatch, ShortOrInconsistentSourcesAreErrorsNamingTheSample) {
   BatchOptions zero;
   zero.pad_to_multiple = 0;
   EXPECT_NE(error_of(plan, good, zero).find("pad_to_multiple"), std::string::npos);
+  BatchOptions negative_pad;
+  negative_pad.pad_token_id = -1;
+  EXPECT_NE(error_of(plan, good, negative_pad).find("pad_token_id must be a token id"), std::string::npos);
   EXPECT_NE(error_of(plan, good, {}, 0, 2).find("row range"), std::string::npos);
   EXPECT_NE(error_of(plan, good, {}, -1, 1).find("row range"), std::string::npos);
   EXPECT_EQ(error_of(plan, good), "");

@@ -39,13 +39,14 @@ inline std::string quote(const std::string& arg) {
 }
 
 // Runs varpack with `args` from inside `dir`, capturing stdout and stderr in files kept outside
-// it (so `dir` holds only what the command wrote).
-inline Result run(const std::vector<std::string>& args, const TempDir& dir) {
+// it (so `dir` holds only what the command wrote); standard input is `stdin_path`.
+inline Result run(const std::vector<std::string>& args, const TempDir& dir,
+                  const std::string& stdin_path = "/dev/null") {
   static int calls = 0;  // one counter for the whole test binary (an inline function's static)
   const std::string base = cat(dir.path().string(), ".run", std::to_string(calls++));
   std::string command = cat("cd ", quote(dir.path().string()), " && ", quote(VARPACK_CLI));
   for (const auto& arg : args) command += cat(" ", quote(arg));
-  command += cat(" >", quote(base + ".out"), " 2>", quote(base + ".err"), " </dev/null");
+  command += cat(" >", quote(base + ".out"), " 2>", quote(base + ".err"), " <", quote(stdin_path));
   const int raw = std::system(command.c_str());
   Result result{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_file(base + ".out"),
                 read_file(base + ".err")};

@@ -221,12 +221,14 @@ TEST(Cli, PackAcceptsAProfileAsInput) {
   EXPECT_LT(file.num_rows(), 2000 / 4);
 }
 
-// One bad input: files to create, the command, and what its one stderr line must contain.
+// One bad input: files to create, the command, what its one stderr line must contain, and its
+// exit status (1 bad input, 2 bad usage).
 struct BadCase {
   std::string name;
   std::map<std::string, std::string> files;
   std::vector<std::string> args;
   std::vector<std::string> phrases;
+  int status = 1;
 };
 
 const std::string kGood = "{\"input_ids\": [1, 2, 3]}\n";
@@ -252,33 +254,67 @@ std::vector<BadCase> bad_cases() {
        pack, {"in.jsonl:2:", "labels has 1 values but input_ids has 2"}},
       {"empty_file", {{"in.jsonl", ""}}, pack, {"in.jsonl: no samples", "empty"}},
       {"capacity_zero", {{"in.jsonl", kGood}},
-       {"pack", "in.jsonl", "--capacity", "0", "--out", "out.jsonl"}, {"--capacity", "got 0"}},
+       {"pack", "in.jsonl", "--capacity", "0", "--out", "out.jsonl"},
+       {"--capacity", "0 not in range 1 to 2147483647"}, 2},
       {"capacity_negative", {{"in.jsonl", kGood}},
-       {"pack", "in.jsonl", "--capacity=-5", "--out", "out.jsonl"}, {"--capacity", "got -5"}},
+       {"pack", "in.jsonl", "--capacity=-5", "--out", "out.jsonl"}, {"--capacity", "-5 not in range"}, 2},
+      {"capacity_beyond_int32", {{"in.jsonl", kGood}},
+       {"pack", "in.jsonl", "-L", "3000000000", "--out", "out.jsonl"}, {"--capacity", "3000000000"}, 2},
+      {"capacity_beyond_int64", {{"in.jsonl", kGood}},
+       {"pack", "in.jsonl", "-L", "99999999999999999999", "--out", "out.jsonl"}, {"--capacity"}, 2},
+      {"capacity_not_a_number", {{"in.jsonl", kGood}},
+       {"pack", "in.jsonl", "-L", "abc", "--out", "out.jsonl"}, {"--capacity"}, 2},
+      {"unknown_overlong", {{"in.jsonl", kGood}}, with(pack, {"--overlong", "drop"}),
+       {"--overlong", "drop", "error,truncate,split"}, 2},
+      {"batch_size_zero", {{"in.jsonl", kGood}}, with(pack, {"-B", "0"}),
+       {"--batch-size", "0 not in range 1"}, 2},
+      {"image_token_id_too_large", {{"in.jsonl", kGood}}, with(pack, {"--image-token-id", "2147483648"}),
+       {"--image-token-id", "2147483648"}, 2},
+      {"stats_zero_cost", {{"in.jsonl", kGood}},
+       {"stats", "in.jsonl", "-L", "8", "--alpha", "0", "--beta", "0"}, {"--alpha and --beta"}, 2},
+      {"stats_negative_alpha", {{"in.jsonl", kGood}},
+       {"stats", "in.jsonl", "-L", "8", "--alpha=-1"}, {"--alpha"}, 2},
+      {"calibrate_is_python", {}, {"calibrate", "--model", "m.py:f"}, {"python -m varpack calibrate"}, 2},
+      {"unknown_command", {}, {"check", "x.bin"}, {"check"}, 2},
+      {"jsonl_duplicate_key", {{"in.jsonl", "{\"input_ids\": [1], \"input_ids\": [2, 3]}\n"}}, pack,
+       {"in.jsonl:1:", "\"input_ids\" appears twice"}},
+      {"jsonl_duplicate_labels", {{"in.jsonl", "{\"input_ids\": [1], \"labels\": [1], \"labels\": null}\n"}},
+       pack, {"in.jsonl:1:", "\"labels\" appears twice"}},
+      {"jsonl_only_empty_samples", {{"in.jsonl", "{\"input_ids\": []}\n\n{\"input_ids\": []}\n"}}, pack,
+       {"in.jsonl: no tokens", "all 2 record(s)"}},
+      {"jsonl_huge_number", {{"in.jsonl", kGood + "{\"input_ids\": [12345678901234567890123]}\n"}}, pack,
+       {"in.jsonl:2:", "too large"}},
+      {"jsonl_bom_on_a_later_line", {{"in.jsonl", kGood + "\xEF\xBB\xBF{\"input_ids\": [1]}\n"}}, pack,
+       {"in.jsonl:2:", "malformed JSON"}},
+      {"inspect_not_packed", {{"in.jsonl", kGood}}, {"inspect", "in.jsonl"},
+       {"in.jsonl: not a packed file"}},
+      {"pack_a_packed_file", {{"p.bin", std::string("VARPACKB") + std::string(200, '\0')}},
+       {"pack", "p.bin", "-L", "8", "-o", "out.jsonl"}, {"p.bin: a packed file", "varpack inspect p.bin"}},
       {"missing_path", {}, pack, {"in.jsonl: cannot open", "No such file"}},
       {"directory_as_input", {{"in.jsonl/x", kGood}}, pack, {"in.jsonl: a folder varpack does not read"}},
       {"output_directory_missing", {{"in.jsonl", kGood}},
        {"pack", "in.jsonl", "--capacity", "8", "--out", "nodir/out.jsonl"},
-       {"nodir/out.jsonl", "directory 'nodir' does not exist"}},
+       {"nodir/out.jsonl", "directory 'nodir' does not exist"}, 2},
       {"report_directory_missing", {{"in.jsonl", kGood}}, with(pack, {"--report", "nodir/r.json"}),
-       {"nodir/r.json", "does not exist"}},
+       {"nodir/r.json", "does not exist"}, 2},
       {"overlong_sample", {{"in.jsonl", kGood + "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}\n"}},
        pack, {"in.jsonl:2: sample 1 has 9 tokens", "capacity 8", "--overlong truncate",
               "--overlong split"}},
       {"overlong_sample_of_a_profile", {}, {"pack", "profile:report", "-L", "100", "-o", "p.bin"},
        {"profile:report: sample", "capacity 100", "truncate", "split"}},
       {"unknown_algorithm", {{"in.jsonl", kGood}}, with(pack, {"--algorithm", "fastest"}),
-       {"'fastest'", "ffd", "bfd"}},
+       {"fastest not in", "ffd", "bfd"}, 2},
       {"unknown_format", {{"in.jsonl", kGood}}, with(pack, {"--format", "parquet"}),
-       {"'parquet'", "jsonl or bin"}},
+       {"parquet not in", "jsonl,bin"}, 2},
       {"missing_capacity", {{"in.jsonl", kGood}}, {"pack", "in.jsonl", "--out", "out.jsonl"},
-       {"--capacity", "required"}},
+       {"--capacity", "required"}, 2},
       {"stats_malformed_json", {{"in.jsonl", "{\"input_ids\": [1,]}\n"}},
        {"stats", "in.jsonl", "--capacity", "8"}, {"in.jsonl:1:", "malformed JSON"}},
       {"stats_capacity_zero", {{"in.jsonl", kGood}}, {"stats", "in.jsonl", "--capacity", "0"},
-       {"--capacity", "got 0"}},
+       {"--capacity", "0 not in range"}, 2},
       {"stats_overlong_sample", {{"in.jsonl", "{\"input_ids\": [1, 2, 3]}\n"}},
-       {"stats", "in.jsonl", "--capacity", "2"}, {"in.jsonl:1: sample 0 has 3 tokens", "truncate"}},
+       {"stats", "in.jsonl", "--capacity", "2", "--overlong", "error"},
+       {"in.jsonl:1: sample 0 has 3 tokens", "truncate"}},
       {"unknown_profile", {}, {"pack", "profile:nosuch", "-L", "8", "-o", "out.jsonl"},
        {"nosuch", "report"}},
   };
@@ -296,7 +332,7 @@ TEST_P(CliRejects, WithOneLineAndNoOutput) {
   }
   before = dir.listing();
   const Result r = run(c.args, dir);
-  EXPECT_GT(r.status, 0) << "status " << r.status << " (-1: killed by a signal)";
+  EXPECT_EQ(r.status, c.status) << "status " << r.status << " (-1: killed by a signal): " << r.err;
   EXPECT_EQ(r.out, "");
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.rfind("varpack: error: ", 0), 0u) << r.err;

@@ -70,8 +70,8 @@ TEST(CliMultimodal, RefusesWithoutPlaceholderIdOrWhenASampleWouldBeSplit) {
     EXPECT_NE(r.err.find("never split"), std::string::npos) << r.err;
   }
   r = run({"pack", "in.jsonl", "-L", "128", "-o", "out.jsonl", "--image-token-id", "-5"}, dir);
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("--image-token-id must be a token id"), std::string::npos) << r.err;
+  EXPECT_EQ(r.status, 2);  // bad usage
+  EXPECT_NE(r.err.find("--image-token-id: Value -5 not in range 0 to 2147483647"), std::string::npos) << r.err;
   EXPECT_EQ(dir.listing(), (std::vector<std::string>{"in.jsonl"}));
 }
 

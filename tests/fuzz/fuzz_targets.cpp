@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 
 #include "varpack/error.h"
 #include "varpack/io.h"
@@ -67,6 +68,11 @@ void fuzz_packed_binary(std::string_view input, const std::string& dir) {
     tokens += static_cast<int64_t>(row.input_ids.size());
   }
   require(tokens == file.num_tokens(), "rows do not add up to the token count");
+  // What `varpack stats` and `varpack inspect --check` read: may refuse, never crash.
+  const std::vector<int64_t> lengths = packed_sample_lengths(path, file);
+  require(std::accumulate(lengths.begin(), lengths.end(), int64_t{0}) == file.num_tokens(),
+          "sample lengths do not add up to the token count");
+  verify_packed_file(path, file);
 }
 
 // Full read and lengths-only read of a token-file input: both refuse, or the lengths agree (the

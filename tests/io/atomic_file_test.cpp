@@ -1,8 +1,15 @@
 // AtomicFile: the path gets the whole content on commit, stays untouched when an error comes
-// first, and no temporary file is ever left behind.
+// first, and no temporary file is ever left behind; protected files are refused, symbolic links
+// written through, streams written only on commit.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <stdexcept>
+#include <vector>
 
 #include "temp_dir.h"
 #include "varpack/error.h"
@@ -64,6 +71,58 @@ TEST(AtomicFile, MissingDirectoryIsAClearError) {
   }
   EXPECT_TRUE(dir.listing().empty());
   EXPECT_THROW(AtomicFile out(dir.path().string()), Error);  // a directory is not a file name
+}
+
+TEST(AtomicFile, RefusesAProtectedFileBeforeWriting) {
+  TempDir dir;
+  write_file(dir.file("in.jsonl"), "input");
+  std::filesystem::create_hard_link(dir.file("in.jsonl"), dir.file("link.jsonl"));
+  const std::vector<ProtectedFile> protect = {{dir.file("in.jsonl"), "input"},
+                                              {dir.file("new.json"), "--out"}};
+  for (const char* name : {"in.jsonl", "link.jsonl", "new.json"}) {
+    try {
+      AtomicFile out(dir.file(name), protect);
+      FAIL() << name;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("it is the same file as the "), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_file(dir.file("in.jsonl")), "input");
+  AtomicFile other(dir.file("other.json"), protect);  // anything else is fine
+}
+
+TEST(AtomicFile, WritesThroughASymbolicLink) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.file("d"));
+  std::filesystem::create_symlink("d/target", dir.file("link"));
+  {
+    AtomicFile out(dir.file("link"));
+    out.write("new", 3);
+    out.commit();
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link")));
+  EXPECT_EQ(read_file(dir.file("d/target")), "new");
+}
+
+TEST(AtomicFile, AStreamGetsTheOutputOnlyOnCommit) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // lets the writer open at once
+  ASSERT_GE(reader, 0);
+  {
+    AtomicFile out(fifo);
+    EXPECT_TRUE(out.is_stream());
+    out.write_at(2, "cd", 2);
+    out.write_at(0, "ab", 2);
+    char buffer[8];
+    EXPECT_EQ(::read(reader, buffer, sizeof(buffer)), -1);  // nothing before commit
+    out.commit();
+    EXPECT_EQ(::read(reader, buffer, sizeof(buffer)), 4);
+    EXPECT_EQ(std::string(buffer, 4), "abcd");
+  }
+  ::close(reader);
+  EXPECT_EQ(dir.listing(), (std::vector<std::string>{"fifo"}));
 }
 
 TEST(AtomicFile, WriteTextFile) {

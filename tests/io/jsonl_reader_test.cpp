@@ -180,5 +180,26 @@ TEST(TokenStore, RejectsLabelsOfAnotherLength) {
   EXPECT_EQ(store.num_samples(), 0);
 }
 
+TEST(TokenStore, RejectsNegativeIdsAndLabelsOtherThanIgnore) {
+  TokenStore store;
+  const std::vector<int32_t> ids{1, -2, 3}, good{4, 5, 6}, labels{-100, 5, -1};
+  try {
+    store.add(ids);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "sample 0: input_ids[1] is -2; input_ids must be integers in [0, 2147483647]");
+  }
+  try {
+    store.add(good, labels);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sample 0: labels[2] is -1; labels must be integers in [0, "
+                                         "2147483647] or -100"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.num_samples(), 0);
+  store.add(good, std::vector<int32_t>{-100, -100, 6});
+  EXPECT_EQ(store.num_samples(), 1);
+}
+
 }  // namespace
 }  // namespace varpack

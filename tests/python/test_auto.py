@@ -19,7 +19,7 @@ def synthetic(model, rng, count=40, noise=0.0):
 
 
 def test_fit_recovers_exact_coefficients():
-    # The ANCHORS fit of a 542M model step: 3.4 ms + 7.26 us/token + 351 ps/token^2.
+    # The reference fit of a 542M model step (bench/results/distributed.md): 3.4 ms + 7.26 us/token + 351 ps/token^2.
     truth = CostModel(alpha=7.26e-6, beta=3.51e-10, overhead=3.4e-3)
     fitted = fit_cost_model(synthetic(truth, np.random.default_rng(0)))
     assert fitted.alpha == pytest.approx(truth.alpha, rel=1e-9)

@@ -74,6 +74,31 @@ def test_command_names_a_bad_model_spec(tmp_path, capsys):
     for spec, message in (("no_colon", "module:function"), ("test_calibrate:missing", "no function 'missing'"),
                           ("nowhere.py:f", "no file nowhere.py")):
         assert main(["calibrate", "--model", spec, "--capacity", "256", "--device", "cpu",
-                     "--out", str(tmp_path / "x.json")]) == 1
+                     "--out", str(tmp_path / "x.json")]) == 2  # bad usage
         assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def not_a_model():
+    return "a string"
+
+
+def test_command_errors_are_one_line_with_the_documented_status(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "x.json")]
+    # A factory returning something else than a module: bad input (it was an AttributeError).
+    assert main(["calibrate", "--model", "test_calibrate:not_a_model", "--capacity", "256",
+                 "--device", "cpu", *out]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("varpack: error: ") and "returned str, not a torch.nn.Module" in err
+    assert err.count("\n") == 1
+    if not torch.cuda.is_available():  # was a raw AssertionError from torch
+        assert main(["calibrate", "--model", "test_calibrate:tiny_llama", "--capacity", "256",
+                     "--device", "cuda", *out]) == 2
+        assert "sees no CUDA GPU; use --device cpu" in capsys.readouterr().err
+    for bad in (["--capacity", "0"], ["--capacity", "256", "--repeats", "0"], ["--capacity", "x"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["calibrate", "--model", "test_calibrate:tiny_llama", "--device", "cpu", *bad, *out])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("varpack: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "x.json").exists()

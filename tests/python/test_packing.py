@@ -141,8 +141,15 @@ def test_packers_come_close_to_the_lower_bound(rng):
 @pytest.mark.parametrize("call, error, message", [
     (lambda: varpack.plan([3, 20, 4], 16), ValueError,
      r"sample 1 has length 20, longer than the capacity 16; choose the over-length policy 'truncate'"),
-    (lambda: varpack.plan([3, -2], 16), ValueError, r"sample 1 has length -2; lengths must be >= 0"),
-    (lambda: varpack.plan([3], 0), ValueError, r"capacity must be > 0"),
+    (lambda: varpack.plan([3, -2], 16), ValueError, r"lengths\[1\] \(sample 1\) is -2; lengths must be integers >= 0"),
+    (lambda: varpack.plan([3], 0), ValueError, r"capacity must be an integer in \[1, 2147483647\], got 0"),
+    (lambda: varpack.plan([3], 3_000_000_000), ValueError, r"capacity must be .* got 3000000000"),
+    (lambda: varpack.plan([3], 8, seed=-1, shuffle=True), ValueError, r"seed must be an integer in \[0, "),
+    (lambda: varpack.plan([3], 8, batch_size=0, algorithm="dynamic"), ValueError, r"batch_size must be"),
+    (lambda: varpack.plan((n for n in [3, 4]), 8), TypeError, r"got generator \(a generator or iterator\? pass list"),
+    (lambda: varpack.plan(np.array([3, 2**63 + 5], dtype=np.uint64), 8), ValueError,
+     r"lengths\[1\] \(sample 1\) is 9223372036854775813; lengths must be integers >= 0"),
+    (lambda: varpack.plan(np.array([3, -7]), 8), ValueError, r"lengths\[1\] \(sample 1\) is -7"),
     (lambda: varpack.plan([3], 8, algorithm="best"), ValueError, r"ffd, bfd, histogram, none, dynamic"),
     (lambda: varpack.plan([3], 8, overlong="drop"), ValueError, r"error, truncate, split"),
     (lambda: varpack.plan([3.5, 2.0], 8), ValueError, r"lengths must be integers, got dtype float64"),
@@ -294,6 +301,8 @@ def test_only_the_rows_samples_are_read(rng):
 @pytest.mark.parametrize("samples, rows, error, message", [
     ([[1, 2, 3], [4, 5]], None, ValueError, r"sample 1 has 2 tokens but the plan takes tokens \[0, 3\)"),
     ([[1, 2, 3]], None, ValueError, r"the plan refers to sample 1 but the token source has 1 samples"),
+    # Longer than planned: was silently cut to its planned prefix.
+    ([[1, 2, 3], [4, 5, 6, 7]], None, ValueError, r"sample 1 has 4 tokens but was planned with 3"),
     ([{"input_ids": [1, 2, 3], "labels": [1, 2]}, [1, 2, 3]], None, ValueError,
      r"sample 0 has 3 input_ids but 2 labels"),
     ([{"tokens": [1, 2, 3]}, [1, 2, 3]], None, ValueError, r"sample 0 is a mapping without \"input_ids\""),
@@ -303,6 +312,16 @@ def test_only_the_rows_samples_are_read(rng):
      r"sample 1: labels must hold integer token ids, got dtype <U1"),
     ([[1, 2, 3], [1, 2, 3]], (1, 3), ValueError, r"row range \[1, 3\) is not within the plan's 2 rows"),
     ([[1, 2, 3], [1, 2, 3]], slice(0, 2, 2), ValueError, r"rows must be a contiguous slice, got step 2"),
+    # Values int32 cannot hold were wrapped by the conversion: 2^31 became -2^31, 2^32 + 7 became 7.
+    ([[1, 2**31, 3], [1, 2, 3]], None, ValueError, r"sample 0: input_ids\[1\] is 2147483648; input_ids must be"),
+    ([[1, 2, 3], [2**32 + 7, 2, 3]], None, ValueError, r"sample 1: input_ids\[0\] is 4294967303"),
+    ([[1, 2, -1], [1, 2, 3]], None, ValueError, r"sample 0: input_ids\[2\] is -1; .* \[0, 2147483647\]$"),
+    ([[1, 2, 3], {"input_ids": [1, 2, 3], "labels": [1, -1, 3]}], None, ValueError,
+     r"sample 1: labels\[1\] is -1; labels must be integers in \[0, 2147483647\] or -100"),
+    ([[1, 2, 3], {"input_ids": [1, 2, 3], "labels": [1, 2**33, 3]}], None, ValueError, r"labels\[1\] is 8589934592"),
+    ([np.array([1, 2**63, 3], dtype=np.uint64), [1, 2, 3]], None, ValueError,
+     r"sample 0: input_ids\[1\] is 9223372036854775808"),
+    ([[1, 2**70, 3], [1, 2, 3]], None, ValueError, r"sample 0: input_ids must hold integer token ids, got dtype object"),
 ])
 def test_build_batch_errors(samples, rows, error, message):
     plan = varpack.plan([3, 3], 4)
@@ -315,5 +334,33 @@ def test_build_batch_rejects_other_plans():
         varpack.build_batch({"pieces": []}, [[1]])
     with pytest.raises(TypeError, match="samples must be a sequence indexable by sample"):
         varpack.build_batch(varpack.plan([1], 4), iter([[1]]))
-    with pytest.raises(ValueError, match="pad_to_multiple must be >= 1"):
+    with pytest.raises(ValueError, match=r"pad_to_multiple must be an integer in \[1, "):
         varpack.build_batch(varpack.plan([1], 4), [[1]], pad_to_multiple=0)
+    with pytest.raises(ValueError, match=r"pad_token_id must be an integer in \[0, 2147483647\], got 2147483648"):
+        varpack.build_batch(varpack.plan([1], 4), [[1]], pad_token_id=2**31)
+
+
+def test_labels_may_be_ignored_and_ids_reach_the_int32_limit():
+    plan = varpack.plan([2], 4)
+    batch = varpack.build_batch(plan, [{"input_ids": [0, 2**31 - 1], "labels": [-100, 2**31 - 1]}])
+    assert batch["input_ids"].tolist() == [0, 2**31 - 1]
+    assert batch["labels"].tolist() == [-100, 2**31 - 1]
+    batch = varpack.build_batch(plan, [np.array([5, 2**31 - 1], dtype=np.uint64)])
+    assert batch["input_ids"].tolist() == [5, 2**31 - 1]
+
+
+def test_collators_refuse_unknown_names_at_construction():
+    with pytest.raises(ValueError, match=r"PackingCollator: algorithm must be one of ffd, bfd"):
+        varpack.PackingCollator(algorithm="nope")
+    with pytest.raises(ValueError, match=r"PackedStream: overlong must be one of error, truncate, split"):
+        varpack.PackedStream([[1]], capacity=8, overlong="drop")
+
+
+def test_collator_refuses_text():
+    with pytest.raises(ValueError, match=r"sample 0: got text \(str 'hello world'\), not token ids; tokenize"):
+        varpack.PackingCollator(capacity=4)(["hello world"])
+
+
+def test_overlong_error_names_the_python_option():
+    with pytest.raises(ValueError, match=r"overlong='split' in Python"):
+        varpack.plan([3, 20], 16)

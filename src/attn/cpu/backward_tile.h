@@ -35,7 +35,7 @@ struct QueryTile {
   VARPACK_ALWAYS_INLINE void build(const AttentionBackwardParams& p, int head, int64_t t0, int64_t n, T* slot) {
     const int64_t d = p.head_dim;
     load_rows_transposed<T>(slot, head_rows<const S>(p.q, p.q_row_stride, p.q_head_stride, head), t0, n, d,
-                            static_cast<T>(p.softmax_scale));
+                            p.scale_as<T>());
     load_rows_transposed<T>(slot + d * kBlockQ, head_rows<const S>(p.dout, p.dout_row_stride, p.dout_head_stride, head),
                             t0, n, d, T(1));
     qt = slot;
@@ -176,7 +176,7 @@ VARPACK_ALWAYS_INLINE void dq_task(const AttentionBackwardParams& p, const Task&
     // dQ[r][c] += sum_j dS[j][r] K[j][c]: A is dS^T read transposed.
     gemm<T>(dq_acc.data(), dp, dst.data(), 1, kBlockQ, kr.data, kr.ld, rows, dp, kn, true);
   }
-  const T scale = static_cast<T>(p.softmax_scale);
+  const T scale = p.scale_as<T>();
   for (int64_t r = 0; r < rows; ++r) {
     S* g = dq.row(sb.q_begin + task.begin + r);
     for (int64_t c = 0; c < d; ++c) g[c] = narrow<S>(scale * dq_acc[r * dp + c]);
@@ -211,7 +211,7 @@ VARPACK_ALWAYS_INLINE void dkv_task(const AttentionBackwardParams& p, const Task
       gemm<T>(dk_acc.data(), dp, dst.data(), kBlockQ, 1, qt.q_rows.data, qt.q_rows.ld, kn, dp, rows, true);
     }
   }
-  const T scale = static_cast<T>(p.softmax_scale);
+  const T scale = p.scale_as<T>();
   const auto dk = head_rows<S>(p.dk, p.dk_row_stride, p.dk_head_stride, task.head);
   const auto dv = head_rows<S>(p.dv, p.dv_row_stride, p.dv_head_stride, task.head);
   for (int64_t j = 0; j < kn; ++j) {

@@ -74,7 +74,7 @@ VARPACK_ALWAYS_INLINE void forward_task(const AttentionParams& p, const Task& ta
   v.data += sb.k_begin * v.row_stride;
   const QueryTileKeys keys(sb, p, task.begin, task.end - task.begin);
   forward_rows<T, S>({q, k, v, out, p.lse + task.head * p.lse_head_stride + first, &keys, sb.k_len, keys.hi(),
-                   p.head_dim, static_cast<T>(p.softmax_scale), static_cast<T>(p.softcap)});
+                   p.head_dim, p.scale_as<T>(), static_cast<T>(p.softcap)});
 }
 
 }  // namespace

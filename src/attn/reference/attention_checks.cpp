@@ -57,7 +57,7 @@ void check_attention_params(const AttentionParams& p) {
         " (grouped-query attention shares each kv head among heads / kv_heads query heads)";
   } else if (p.head_dim <= 0) {
     m = "head_dim = " + number(p.head_dim) + " must be > 0";
-  } else if (!std::isfinite(p.softmax_scale)) {
+  } else if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.softmax_scale_f64)) {
     m = "softmax_scale = " + number(p.softmax_scale) + " is not finite (usually 1/sqrt(head_dim))";
   } else if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) {
     m = "softcap = " + number(p.softcap) + " must be finite and >= 0 (0 turns it off)";

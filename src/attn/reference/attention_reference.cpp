@@ -47,7 +47,7 @@ void score_row(const AttentionParams& p, const T* q, Rows<const T> k, int64_t k_
     const T* kj = k.at(k_begin + key_begin + j, kv_head);
     double dot = 0;
     for (int c = 0; c < p.head_dim; ++c) dot += static_cast<double>(q[c]) * static_cast<double>(kj[c]);
-    double x = static_cast<double>(p.softmax_scale) * dot;
+    double x = p.scale_as<double>() * dot;
     if (p.softcap > 0) {
       r.tanh_of[j] = std::tanh(x / p.softcap);
       x = p.softcap * r.tanh_of[j];
@@ -112,7 +112,7 @@ void backward(const AttentionBackwardParams& p) {
   const auto dv = rows<T>(p.dv, p.dv_row_stride, p.dv_head_stride);
   const int group = p.heads / p.kv_heads;
   const int64_t d = p.head_dim;
-  const double scale = p.softmax_scale;
+  const double scale = p.scale_as<double>();
   RowScores r;
   std::vector<double> dq_acc(d), prob, dprob, dk_acc, dv_acc;
   for (int64_t b = 0; b < p.batch; ++b) {
