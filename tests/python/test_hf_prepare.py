@@ -129,6 +129,7 @@ def test_prepared_layers_compile_once_for_every_batch_shape():
     import torch._dynamo.utils as dynamo_utils
 
     torch._dynamo.reset()
+    dynamo_utils.counters.clear()  # other tests' compilations count in the same process
     eager = varpack.hf.prepare(tiny_llama(layers=3).float(), compile=False)
     compiled = varpack.hf.prepare(tiny_llama(layers=3).float(), compile=True,
                                   compile_backend="aot_eager")
