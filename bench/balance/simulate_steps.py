@@ -3,7 +3,7 @@ communication and cost noise, over varpack's C++ planner and balancer and the co
 
 Every schedule is planned with the cost model's predictions and scored with "true" costs: each
 row's (or context-parallel share's) prediction times 1 + e, e ~ Normal(0, noise), noise being the
-calibration's residuals (their RMS; the ANCHORS fit's six points by default) or a given level.
+calibration's residuals (their RMS; the default fit's six points by default) or a given level.
 A step takes its slowest rank plus the gradient all-reduce (ring: 2 (R-1)/R x parameters x bytes
 / bandwidth, not overlapped). Ideal: the mean rank's true compute plus the all-reduce, per step.
 
@@ -44,7 +44,7 @@ from varpack.cp_schedule import cp_schedule
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 
-# ANCHORS: rows of 32768 tokens on the H200 (542M model), (samples x length, seconds).
+# The default fit's points: rows of 32768 tokens on the H200 (542M model), (samples x length, seconds).
 ANCHOR_POINTS = [([128] * 256, 0.242), ([512] * 64, 0.248), ([2048] * 16, 0.265), ([8192] * 4, 0.336),
                  ([16384] * 2, 0.430), ([32768], 0.618)]
 
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=64, help="about this many steps of documents")
     parser.add_argument("--capacity", type=int, default=32768, help="tokens per row (one rank's row)")
     parser.add_argument("--max-length", type=int, default=262144, help="longest document (lognormal clip)")
-    parser.add_argument("--cost-model", help="JSON from `python -m varpack calibrate` (default: the ANCHORS "
+    parser.add_argument("--cost-model", help="JSON from `python -m varpack calibrate` (default: the built-in "
                         "fit, 3.38 ms + 7.26 us/token + 351 ps/token^2 per row); its points give the noise")
     parser.add_argument("--noise", default="calibration,0.1",
                         help="comma-separated relative cost noise levels; 'calibration' = the fit's residual RMS")

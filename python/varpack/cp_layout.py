@@ -120,7 +120,7 @@ def cp_layout(cu_seqlens, cp: int, owner=None, cost_model: CostModel | None = No
               slack: float = 0.1) -> CPLayout:
     """The layout of a packed row (cu_seqlens: document boundaries, from 0) over `cp` ranks.
     owner: per document SPLIT (-1) or a rank, as a schedule decided it; None: decided here by the
-    cost model (default: the ANCHORS fit) as the module docstring says."""
+    cost model (default: the default fit) as the module docstring says."""
     cp = operator.index(cp)
     cu = [operator.index(int(c)) for c in np.asarray(cu_seqlens).reshape(-1)]
     if cp < 1 or not cu or cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])):
