@@ -25,9 +25,10 @@ def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     return hidden.dtype
 
 
-def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor):
-    """The summed token losses of one chunk's logits [C, V] and their gradient with respect to
-    the logits (softmax - one_hot(target), zero on uncounted rows), in the logits' dtype."""
+def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, with_grad: bool):
+    """The summed token losses of one chunk's logits [C, V] and, with_grad, their gradient with
+    respect to the logits (softmax - one_hot(target), zero on uncounted rows) in the logits' dtype;
+    without, None."""
     # The softmax in float32 at least (float64 stays float64), as transformers' loss upcasts.
     x = logits.to(torch.promote_types(logits.dtype, torch.float32))
     lse = torch.logsumexp(x, dim=-1)
@@ -35,6 +36,8 @@ def _chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor):
     safe_targets = torch.where(counted, targets, 0)
     target_logit = x.gather(1, safe_targets[:, None]).squeeze(1)
     loss = ((lse - target_logit) * counted).sum()
+    if not with_grad:
+        return loss, None
     one_hot = torch.arange(x.shape[1], device=x.device) == safe_targets[:, None]
     grad = (torch.exp(x - lse[:, None]) - one_hot.to(x.dtype)) * counted[:, None]
     return loss, grad.to(logits.dtype)
@@ -58,9 +61,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """Sum over rows of the token losses, with both gradients computed chunk by chunk in forward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk_tokens, compute_dtype):
+    def forward(ctx, hidden, weight, targets, chunk_tokens, compute_dtype, with_grad):
         w = weight.to(compute_dtype)
-        needs_hidden_grad, needs_weight_grad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # needs_input_grad ignores torch.no_grad(): evaluation passes with_grad=False instead.
+        needs_hidden_grad = with_grad and ctx.needs_input_grad[0]
+        needs_weight_grad = with_grad and ctx.needs_input_grad[1]
         accumulate_dtype = torch.promote_types(compute_dtype, torch.float32)
         grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
         grad_weight = (torch.zeros_like(weight, dtype=accumulate_dtype) if needs_weight_grad
@@ -69,7 +74,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss_and_grad = _chunk_function(hidden.device)
         for begin in range(0, hidden.shape[0], chunk_tokens):
             h = hidden[begin:begin + chunk_tokens].to(compute_dtype)
-            loss, grad_logits = loss_and_grad(h @ w.T, targets[begin:begin + chunk_tokens])
+            loss, grad_logits = loss_and_grad(h @ w.T, targets[begin:begin + chunk_tokens],
+                                              needs_hidden_grad or needs_weight_grad)
             total += loss
             if grad_hidden is not None:
                 grad_hidden[begin:begin + chunk_tokens] = grad_logits @ w
@@ -85,7 +91,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
         if grad_weight is not None:
             grad_weight = grad_weight * grad_total
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
@@ -106,8 +112,9 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         raise ValueError(f"linear_cross_entropy: chunk_tokens={chunk_tokens} must be >= 1")
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])
     flat_targets = targets.reshape(-1).to(hidden.device)
+    with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     total = _LinearCrossEntropy.apply(flat_hidden, weight, flat_targets, chunk_tokens,
-                                      _compute_dtype(hidden))
+                                      _compute_dtype(hidden), with_grad)
     if num_items_in_batch is None:
         # A device-side count: no host sync (a batch without targets gives NaN, as torch's mean).
         return total / (flat_targets != IGNORE_INDEX).sum()

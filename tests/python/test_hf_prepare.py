@@ -42,6 +42,17 @@ def test_linear_cross_entropy_matches_full_logits(tokens, chunk):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_linear_cross_entropy_without_gradients():
+    """Under no_grad (evaluation) only the loss is computed, and it is the same loss."""
+    hidden = torch.randn(9, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(11, 8, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 11, (9,))
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, targets, chunk_tokens=4)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, reference_loss(hidden, weight, targets).detach())
+
+
 def test_linear_cross_entropy_num_items_and_no_targets():
     hidden = torch.randn(2, 5, 8, dtype=torch.float64)
     weight = torch.randn(11, 8, dtype=torch.float64)
