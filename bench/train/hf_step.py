@@ -31,6 +31,8 @@ import warnings
 
 import torch
 
+from varpack.trainer import to_device
+
 MODES = ("padded_sdpa", "flat_sdpa", "flat_flex", "varpack", "varpack_prepared", "varpack_liger")
 COMPILED_PEERS = ("padded_sdpa_compiled", "flat_sdpa_compiled", "flat_flex_compiled",
                   "varpack_compiled")
@@ -112,11 +114,6 @@ def build_model(mode: str, config_kwargs: dict, state: dict, device: str):
             layer.compile(dynamic=True)
     model.train()
     return model
-
-
-def to_device(batch: dict, device: str) -> dict:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
 
 
 class _Loader:
