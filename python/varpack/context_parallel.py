@@ -158,16 +158,33 @@ VARIANTS = ("allgather", "ring", "ulysses", "hybrid")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def _process_group(group):
+    """A ProcessGroup, None (the default group) or a DeviceMesh: a 1-D one, or one with a "cp"
+    dimension (cp_schedule.cp_meshes), whose group along that dimension is taken."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if not isinstance(group, DeviceMesh):
+        return group
+    names = group.mesh_dim_names or ()
+    if group.ndim == 1:
+        return group.get_group()
+    if "cp" in names:
+        return group.get_group("cp")
+    raise ValueError(f"context parallelism: a {group.ndim}-D DeviceMesh with dimensions {names}; pass "
+                     "its context-parallel dimension (mesh['cp']) or name one of them 'cp'")
+
+
 def _group_shape(group) -> tuple[int, int]:
     if not (dist.is_available() and dist.is_initialized()):
         return 1, 0
+    group = _process_group(group)
     return dist.get_world_size(group), dist.get_rank(group)
 
 
 def _group_name(group) -> str:
     if not (dist.is_available() and dist.is_initialized()):
         return ""
-    return (group or dist.group.WORLD).group_name
+    return (_process_group(group) or dist.group.WORLD).group_name
 
 
 def _resolve(name: str):
@@ -314,6 +331,7 @@ def cp_varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layou
     the row's cu_seqlens and the same causal / window_size / softcap, for this rank's rows.
 
     q: (tokens, heads, d), k, v: (tokens, kv heads, d): layout.shard(row, rank) of each.
+    group: a ProcessGroup, None (the default group) or a DeviceMesh, 1-D or with a "cp" dimension.
     variant: "allgather", "ring", "ulysses" (all-to-all over `ulysses` ranks, default all of them)
     or "hybrid" (all-to-all over `ulysses` consecutive ranks, ring across); choose_variant
     (varpack.cp_cost) predicts which is fastest. head_groups: the allgather backward gathers K/V

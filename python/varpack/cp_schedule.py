@@ -11,7 +11,7 @@ L / g <= capacity, doubled (up to `ranks`) while its share (alpha L + beta L^2) 
 costs more than one sample of `capacity` tokens (the costliest row a rank can get; otherwise the
 quadratic term makes the CP shares the step's stragglers); each of the g ranks spends one of its rows_per_rank slots and
 carries that share plus `cp_overhead(L, g)` (the variant's exposed communication, default none). Groups are aligned blocks of g consecutive ranks, so every group is a row of a
-(ranks / g, g) DeviceMesh made once. The planner marks the long documents (varpack.plan with
+(ranks / g, g) DeviceMesh made once (cp_meshes). The planner marks the long documents (varpack.plan with
 overlong="cp" leaves them out of its rows and counts them) and packs the rest (best-fit
 decreasing, shuffled) into rows of `capacity`. Items (rows and CP documents) are taken in a shuffled
 order, window_steps steps' worth at a time, sorted by per-rank cost and cut into steps first-fit by
@@ -32,7 +32,7 @@ from .auto import ANCHOR_COST_MODEL, CostModel
 from .balance import row_costs, select_rows
 from .packing import build_batch, plan
 
-__all__ = ["CPSchedule", "CPWork", "cp_group_size", "cp_schedule", "rank_batches"]
+__all__ = ["CPSchedule", "CPWork", "cp_group_size", "cp_meshes", "cp_schedule", "rank_batches"]
 
 
 def cp_group_size(length: int, capacity: int, ranks: int, model: CostModel | None = None) -> int:
@@ -89,6 +89,25 @@ class CPSchedule:
                     mine.append(("cp", work, rank - work.first_rank))
             out.append(mine)
         return out
+
+    def group_sizes(self) -> list[int]:
+        """The context-parallel group sizes the schedule uses, ascending."""
+        return sorted({work.size for _, cps, _ in self.steps for work in cps})
+
+
+def cp_meshes(schedule: CPSchedule, device_type: str = "cuda") -> dict:
+    """{g: the (ranks / g, g) DeviceMesh, dims ("dp", "cp")} for every group size g the schedule
+    uses. A CPWork's group is mesh["cp"] on its ranks: pass it as cp_varlen_attention's group.
+    Collective: every rank calls it once, after init_process_group, before the first step."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    ranks = dist.get_world_size()
+    if ranks != schedule.predicted.shape[1]:
+        raise ValueError(f"cp_meshes: the schedule is for {schedule.predicted.shape[1]} ranks, the "
+                         f"process group has {ranks}; make the schedule with ranks={ranks}")
+    return {g: init_device_mesh(device_type, (ranks // g, g), mesh_dim_names=("dp", "cp"))
+            for g in schedule.group_sizes()}
 
 
 def _doc_cost(length: int, g: int, model: CostModel) -> float:
@@ -176,7 +195,7 @@ def _place(items, ranks: int, k: int):
 def rank_batches(schedule: CPSchedule, samples, rank: int):
     """Rank `rank`'s part of each step, slot by slot (CPSchedule.for_rank): ("row", build_batch of
     the row), ("cp", CPWork, cp_row_batch of its share) or ("idle", None). A CP document's group
-    is ranks [first_rank, first_rank + size): a row of the (ranks / size, size) DeviceMesh."""
+    is ranks [first_rank, first_rank + size): cp_meshes(schedule)[size]["cp"] on those ranks."""
     from .context_parallel import cp_layout, cp_row_batch
     from .cp_layout import SPLIT
 

@@ -91,14 +91,17 @@ def scheduled_step_on_rank(rank, world):
     import varpack
     from test_cp_variants import TinyModel
     from varpack.context_parallel import cp_varlen_attention
-    from varpack.cp_schedule import rank_batches
+    from torch.distributed.device_mesh import init_device_mesh
+    from varpack.cp_schedule import cp_meshes, rank_batches
 
     sched = cp_schedule(DOCS, ranks=world, rows_per_rank=2, capacity=128, window_steps=2)
-    groups = {(b, g): dist.new_group(list(range(b, b + g))) for g in (2, 4) for b in range(0, world, g)}
+    meshes = cp_meshes(sched, "cpu")
+    assert sorted(meshes) == [2, 4] and meshes[2].shape == (2, 2) and meshes[4].shape == (1, 4)
     model = TinyModel()
+    everyone = init_device_mesh("cpu", (world,))  # FSDP2 shards over every rank, DP and CP alike
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=everyone)
+    fully_shard(model, mesh=everyone)
     ce = torch.nn.functional.cross_entropy
     total = torch.zeros(())
     for step in rank_batches(sched, doc_samples(), rank):
@@ -115,8 +118,11 @@ def scheduled_step_on_rank(rank, world):
             elif entry[0] == "cp":
                 work, batch = entry[1], entry[2]
 
-                def attention(q, k, v, code=batch["cp_layout"], group=groups[(work.first_rank, work.size)]):
-                    return cp_varlen_attention(q, k, v, code, group=group)
+                mesh = meshes[work.size]
+                assert list(mesh.get_coordinate()) == [work.first_rank // work.size, rank - work.first_rank], mesh.get_coordinate()
+
+                def attention(q, k, v, code=batch["cp_layout"], mesh=mesh):
+                    return cp_varlen_attention(q, k, v, code, group=mesh)
 
                 loss = ce(model(batch["input_ids"][0], attention), batch["shift_labels"][0], reduction="sum")
             else:  # idle: a forward and backward all the same, for FSDP's collectives
