@@ -92,7 +92,7 @@ def attention_of(mode: str) -> str:
     return "sdpa" if mode.startswith(("padded", "flat")) else "varpack"
 
 
-def build_model(mode: str, config_kwargs: dict, state: dict, device: str):
+def build_model(mode: str, config_kwargs: dict, state: dict, device: str, chunk_option: dict):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import varpack.hf
@@ -103,7 +103,7 @@ def build_model(mode: str, config_kwargs: dict, state: dict, device: str):
     model.load_state_dict(state)
     model.set_attn_implementation(attention_of(mode))
     if mode == "varpack_prepared":
-        varpack.hf.prepare(model, compile=device == "cuda")
+        varpack.hf.prepare(model, compile=device == "cuda", **chunk_option)
     elif mode == "varpack_liger":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
@@ -177,10 +177,11 @@ def run_mode(mode, steps, args, state, device, flops, tflops_peak):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     cfg = TINY if args.tiny else MODEL
-    model = build_model(mode, cfg, state, device)
+    chunk_option = {"chunk_tokens": args.chunk_tokens} if args.chunk_tokens else {}
+    model = build_model(mode, cfg, state, device, chunk_option)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     loader = _Loader(steps, make_collator(mode), args.workers, device == "cuda")
-    losses, events, syncs = [], [], []
+    losses, events, syncs, sync_sites = [], [], [], set()
     autocast = torch.autocast(device, dtype=torch.bfloat16)
     wall_start = None
     for i, batch in enumerate(loader):
@@ -205,7 +206,9 @@ def run_mode(mode, steps, args, state, device, flops, tflops_peak):
             end.record()
             torch.cuda.set_sync_debug_mode(0)
             events.append((begin, end))
-            syncs.append(sum("synchroniz" in str(w.message) for w in caught))
+            found = [w for w in caught if "synchroniz" in str(w.message)]
+            syncs.append(len(found))
+            sync_sites.update(f"{os.path.basename(w.filename)}:{w.lineno}" for w in found)
         losses.append(loss.detach())
     if device == "cuda":
         torch.cuda.synchronize()
@@ -223,6 +226,7 @@ def run_mode(mode, steps, args, state, device, flops, tflops_peak):
         peak_gib=torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else float("nan"),
         loader_wait_ms=1e3 * statistics.mean(loader.wait_s[args.warmup:] or [0.0]),
         syncs_per_step=statistics.mean(syncs) if syncs else float("nan"),
+        sync_sites=sorted(sync_sites),
         losses=[float(x) for x in torch.stack(losses).float().cpu()])
     if args.trace_dir and mode in args.trace_modes:
         result["breakdown"] = profile_steps(model, optimizer, steps[:3], make_collator(mode),
@@ -303,6 +307,8 @@ def main(argv=None) -> int:
     parser.add_argument("--parity-steps", type=int, default=0,
                         help="varpack and varpack_prepared run this many steps instead (their "
                              "losses compared step by step)")
+    parser.add_argument("--chunk-tokens", type=int, default=None,
+                        help="varpack_prepared's loss chunk (default: prepare()'s)")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke run)")
@@ -368,6 +374,8 @@ def main(argv=None) -> int:
                   f"{r['model_tflops']:9.1f}{r['mfu']:7.1%}{r['peak_gib']:9.1f}"
                   f"{r['loader_wait_ms']:9.2f}{r['syncs_per_step']:7.1f}  {r['losses'][0]:.5f}",
                   flush=True)
+            if r["sync_sites"]:
+                print(f"{'':<22}host syncs at {', '.join(r['sync_sites'])}", flush=True)
         report(results)
     return 0
 
