@@ -92,7 +92,7 @@ def attention_of(mode: str) -> str:
     return "sdpa" if mode.startswith(("padded", "flat")) else "varpack"
 
 
-def build_model(mode: str, config_kwargs: dict, state: dict, device: str, chunk_option: dict):
+def build_model(mode: str, config_kwargs: dict, state: dict, device: str, prepare_options: dict):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import varpack.hf
@@ -103,7 +103,7 @@ def build_model(mode: str, config_kwargs: dict, state: dict, device: str, chunk_
     model.load_state_dict(state)
     model.set_attn_implementation(attention_of(mode))
     if mode == "varpack_prepared":
-        varpack.hf.prepare(model, compile=device == "cuda", **chunk_option)
+        varpack.hf.prepare(model, compile=device == "cuda", **prepare_options)
     elif mode == "varpack_liger":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 
@@ -177,8 +177,10 @@ def run_mode(mode, steps, args, state, device, flops, tflops_peak):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     cfg = TINY if args.tiny else MODEL
-    chunk_option = {"chunk_tokens": args.chunk_tokens} if args.chunk_tokens else {}
-    model = build_model(mode, cfg, state, device, chunk_option)
+    prepare_options = {"chunk_tokens": args.chunk_tokens} if args.chunk_tokens else {}
+    if args.keep_elementwise:
+        prepare_options["recompute_elementwise"] = False
+    model = build_model(mode, cfg, state, device, prepare_options)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     loader = _Loader(steps, make_collator(mode), args.workers, device == "cuda")
     losses, events, syncs, sync_sites = [], [], [], set()
@@ -309,6 +311,8 @@ def main(argv=None) -> int:
                              "losses compared step by step)")
     parser.add_argument("--chunk-tokens", type=int, default=None,
                         help="varpack_prepared's loss chunk (default: prepare()'s)")
+    parser.add_argument("--keep-elementwise", action="store_true",
+                        help="varpack_prepared with prepare(recompute_elementwise=False)")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="a tiny model (smoke run)")
