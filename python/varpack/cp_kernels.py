@@ -7,9 +7,13 @@ sequence of a kernel call. The mask "key j visible to query i iff i - left <= j 
 (causal: right = 0; -1: unbounded) is exact in the kernel's bottom-right-aligned convention after
 clipping: keys past b + right and before a - left are dropped (no query sees them), queries that
 can see none of the remaining keys are dropped, and the window passed to the kernel is shifted by
-e - b, so right' = right + b - e >= 0 and left' = left + e - b >= 0. Pieces with the same shifted
+e - b, so right' = right + b - e >= 0 and left' = left + e - b >= 0; a side that bounds no query
+with a key to spare (a key piece wholly before a causal query piece) gets -1, so such a block
+runs unmasked. Pieces with the same shifted
 window whose rows increase in both buffers share one call (gaps become sequences with no keys or
-no queries), so a row of many whole documents costs one call, not one per document.
+no queries), so a row of many whole documents costs one call, not one per document; unmasked
+blocks that share their queries (or keys) and follow on in the other buffer become one sequence,
+so a ring step's K/V block is one call, not one per pair of zigzag chunks.
 
 The kernel returns lse = +inf for a query that sees no key; the merge reads that as weight 0.
 """
@@ -49,6 +53,22 @@ class Call:
         self.cu_k.append(self.cu_k[-1] + k1 - k0)
         self.q1, self.k1 = q1, k1
 
+    def extend(self, q0, q1, k0, k1) -> bool:
+        """In an unmasked call, grows the last sequence by a block that shares its queries and
+        follows its keys, or shares its keys and follows its queries; False if it cannot."""
+        if (self.left, self.right) != (-1, -1):
+            return False
+        last_q, last_k = self.q0 + self.cu_q[-2], self.k0 + self.cu_k[-2]
+        if (q0, q1) == (last_q, self.q1) and k0 == self.k1:
+            self.cu_k[-1] += k1 - k0
+            self.k1 = k1
+        elif (k0, k1) == (last_k, self.k1) and q0 == self.q1:
+            self.cu_q[-1] += q1 - q0
+            self.q1 = q1
+        else:
+            return False
+        return True
+
 
 def _clip(qp, kp, left: int, right: int):
     """(q rows, k rows, left', right') of query piece qp against key piece kp, or None if no query
@@ -64,7 +84,11 @@ def _clip(qp, kp, left: int, right: int):
         return None
     rows_q = (qp.row + a - qp.start, qp.row + b - qp.start)
     rows_k = (kp.row + s - kp.start, kp.row + e - kp.start)
-    return rows_q, rows_k, (left + e - b if left >= 0 else -1), (right + b - e if right >= 0 else -1)
+    # A side that bounds no query, with a key to spare, is no bound: such blocks run unmasked
+    # (the spare key keeps a one-token document's block with the other causal ones, one call).
+    left2 = -1 if left < 0 or s >= b - left else left + e - b
+    right2 = -1 if right < 0 or e <= a + right else right + b - e
+    return rows_q, rows_k, left2, right2
 
 
 @functools.lru_cache(maxsize=512)
@@ -80,6 +104,8 @@ def plan_calls(q_pieces: tuple, k_pieces: tuple, left: int, right: int) -> tuple
             if clipped is None:
                 continue
             (q0, q1), (k0, k1), l2, r2 = clipped
+            if any(c.extend(q0, q1, k0, k1) for c in calls if (c.left, c.right) == (l2, r2)):
+                continue
             call = next((c for c in calls if (c.left, c.right) == (l2, r2) and q0 >= c.q1 and k0 >= c.k1), None)
             if call is None:
                 calls.append(Call(l2, r2, q0, q1, k0, k1, [0, q1 - q0], [0, k1 - k0]))

@@ -99,3 +99,14 @@ def test_the_rule_prefers_overlap_on_slow_links_and_allgather_on_fast_ones():
     assert choose_variant(layout, 32, 8, 128, bandwidth=1e15, intra_bandwidth=1e15, latency=0).variant == "allgather"
     slow = choose_variant(layout, 32, 8, 128, bandwidth=45e9, intra_bandwidth=45e9)  # InfiniBand
     assert slow.variant in ("ring", "hybrid") and slow.exposed_s < slow.compute_s
+
+
+def test_a_key_piece_wholly_before_causal_queries_runs_unmasked():
+    # Zigzag over 2 ranks: rank 1 holds chunks 1 and 2, rank 0 chunks 0 and 3 of [0, 64).
+    layout = cp_layout([0, 64], 2, owner=[SPLIT])
+    calls = plan_calls(layout.pieces[1], layout.pieces[0], -1, 0)  # chunk 0 seen whole, chunk 3 not
+    assert [(c.left, c.right, c.q0, c.q1, c.k0, c.k1, c.cu_q, c.cu_k) for c in calls] == \
+        [(-1, -1, 0, 32, 0, 16, [0, 32], [0, 16])]
+    calls = plan_calls(layout.pieces[0], layout.pieces[1], -1, 0)  # chunk 3 sees chunks 1 and 2
+    assert [(c.left, c.right, c.q0, c.q1, c.k0, c.k1, c.cu_q, c.cu_k) for c in calls] == \
+        [(-1, -1, 16, 32, 0, 32, [0, 16], [0, 32])]
