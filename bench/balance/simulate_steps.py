@@ -23,12 +23,13 @@ seconds for the absolute cost.
     python bench/balance/simulate_steps.py                      # lognormal + stdlib, 8/64/1024 ranks
     python bench/balance/simulate_steps.py --cost-model calibration.json --noise 0.1
 
-Mixes: lognormal (median 1100, sigma 1.0, clipped to [1, --max-length]) and stdlib (the running
+Mixes: lognormal (median --median, 1100 by default, sigma 1.0, clipped to [1, --max-length]) and stdlib (the running
 Python's standard-library sources, one document per file, as byte tokens; the list repeated).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -133,6 +134,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=64, help="about this many steps of documents")
     parser.add_argument("--capacity", type=int, default=32768, help="tokens per row (one rank's row)")
     parser.add_argument("--max-length", type=int, default=262144, help="longest document (lognormal clip)")
+    parser.add_argument("--median", type=float, default=1100, help="median length of the lognormal mix")
     parser.add_argument("--cost-model", help="JSON from `python -m varpack calibrate` (default: the built-in "
                         "fit, 3.38 ms + 7.26 us/token + 351 ps/token^2 per row); its points give the noise")
     parser.add_argument("--noise", default="calibration,0.1",
@@ -163,9 +165,10 @@ def main(argv=None) -> None:
     for mix in args.mixes.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
             rng = np.random.default_rng(args.seed)
-            probe = MIXES[mix](20000, args.max_length, rng)
+            draw = functools.partial(lognormal_lengths, median=args.median) if mix == "lognormal" else MIXES[mix]
+            probe = draw(20000, args.max_length, rng)
             count = int(ranks * args.k * args.steps * args.capacity * 0.95 / probe.mean()) + 1
-            lengths = MIXES[mix](count, args.max_length, rng)
+            lengths = draw(count, args.max_length, rng)
             allreduce = allreduce_seconds(ranks, args.params, args.grad_bytes, args.bandwidth)
             for level in args.noise.split(","):
                 noise = calibration if level == "calibration" else float(level)

@@ -7,11 +7,12 @@
 #      128k-token document and a packed long-tailed row against one GPU: cp.md, cp.json;
 #   4. bench/distributed/schedule_multi.py under torchrun: the (dp, cp) schedule against token
 #      balancing and LPT without the window sort, measured beside the simulator's prediction with
-#      that calibration: schedule.md, schedule.json.
+#      that calibration: schedule.md, schedule.json;
+#   5. bench/balance/simulate_steps.py on the same configuration at NPROC, 64 and 1024 ranks: simulate.md.
 # Each step has its own time limit, and all of them end by DEADLINE_S (570 s from the start, under the
 # device tool's 600 s): a step with too little time left is skipped and says how to run it alone,
 # e.g. `BUILD=0 PARTS="calibrate schedule" bash bench/distributed/multi_gpu.sh OUT_DIR` (PARTS:
-# any of calibrate cp schedule). With one GPU it runs and says that no CP or data parallelism was
+# any of calibrate cp schedule simulate). With one GPU it runs and says that no CP or data parallelism was
 # measured. TINY=1 runs the same steps on the CPU over gloo at small sizes (NPROC processes, default 2).
 #   bash bench/distributed/multi_gpu.sh OUT_DIR        (with the `run` tool: OUT_DIR=$OUT)
 set -uo pipefail
@@ -20,17 +21,20 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.."
 deadline=$((SECONDS + ${DEADLINE_S:-570}))
-parts=" ${PARTS:-calibrate cp schedule} "
+parts=" ${PARTS:-calibrate cp schedule simulate} "
 if [ "${TINY:-0}" = 1 ]; then  # the installed varpack (scripts/setup.sh), no build
   nproc=${NPROC:-2}
   tiny=(--tiny --device cpu)
-  calibrate=(--model bench/distributed/schedule_multi.py:tiny_model --capacity 512 --device cpu)
+  threads=(OMP_NUM_THREADS=1)
+  capacity=512 model=(--layers 1 --heads 4 --kv-heads 4 --head-dim 16 --params 8.2e4)
+  calibrate=(--model bench/distributed/schedule_multi.py:tiny_model --capacity "$capacity" --device cpu)
   build_extension() { python3 -c 'import varpack; print("varpack from", varpack.__file__)'; }
 else
   source examples/build_extension.sh
   nproc=${NPROC:-$(nvidia-smi -L | wc -l)}
-  tiny=()
-  calibrate=(--model examples/train_ddp.py:anchor_model --capacity 32768 --device cuda --autocast bf16)
+  tiny=() threads=()
+  capacity=32768 model=(--layers 8 --heads 16 --kv-heads 16 --head-dim 128 --params 542e6)
+  calibrate=(--model examples/train_ddp.py:anchor_model --capacity "$capacity" --device cuda --autocast bf16)
 fi
 torchrun=(python3 -m torch.distributed.run --standalone --nproc_per_node="$nproc")
 
@@ -51,10 +55,16 @@ step() {  # step NAME LIMIT_S NEEDED_S COMMAND...: runs COMMAND under min(LIMIT,
   [ "${TINY:-0}" = 1 ] || nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   echo "== $nproc process(es), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   build_extension || exit 1
-  step calibrate 90 30 python3 -m varpack calibrate "${calibrate[@]}" --out "$out/calibration.json"
+  # One thread on the CPU, as torchrun gives each process: the fit must time what the ranks run.
+  step calibrate 90 30 env "${threads[@]}" python3 -m varpack calibrate "${calibrate[@]}" \
+    --out "$out/calibration.json"
   cost=(); [ -f "$out/calibration.json" ] && cost=(--cost-model "$out/calibration.json")
   step cp 150 60 "${torchrun[@]}" bench/distributed/cp_multi.py "${tiny[@]}" --out "$out"
   step schedule 240 90 "${torchrun[@]}" bench/distributed/schedule_multi.py "${tiny[@]}" "${cost[@]}" \
     --out "$out"
+  # The simulator on schedule_multi's configuration (its mixes, capacity, k, window), also at 64 and 1024 ranks.
+  step simulate 60 10 bash -c 'python3 bench/balance/simulate_steps.py "$@" | tee "$0"' "$out/simulate.md" \
+    --ranks "$nproc,64,1024" --k 2 --window 8 --capacity "$capacity" --median $((capacity / 8)) \
+    --max-length $((nproc * capacity)) "${model[@]}" "${cost[@]}"
   echo "== done ($SECONDS s)"
 } 2>&1 | tee -a "$out/run.log"

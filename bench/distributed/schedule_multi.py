@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "bench" / "balance"), str(ROO
 import simulate_steps  # noqa: E402
 import train_ddp  # noqa: E402
 from corpus import PAD, Corpus  # noqa: E402
-from cp_multi import target_lines, write_results  # noqa: E402
+from cp_multi import finish, target_lines, write_results  # noqa: E402
 
 import varpack  # noqa: E402
 from varpack.auto import ANCHOR_COST_MODEL, CostModel  # noqa: E402
@@ -62,7 +62,7 @@ log = logging.getLogger("schedule_multi")
 TARGETS = ("per-step rank imbalance <= 3% (schedule)", "schedule >= 1.15x the token-balanced step (lognormal)",
            "simulator within 5% of the measured step time (schedule)")
 TINY = train_ddp.Preset(layers=1, hidden=64, heads=4, intermediate=128, capacity=512, rows_per_rank=2,
-                        window_steps=4, median_length=64, warmup_steps=1, steps=6)
+                        window_steps=4, median_length=64, warmup_steps=1, steps=12)
 
 
 def tiny_model():
@@ -229,7 +229,7 @@ def parse_args(argv=None):
     parser.add_argument("--mixes", default="stdlib,lognormal", help="comma-separated: stdlib, lognormal")
     parser.add_argument("--capacity", type=int, help="tokens per row (default 32768; --tiny 512)")
     parser.add_argument("--rows-per-rank", type=int, default=2, help="slots (rows) per rank per step")
-    parser.add_argument("--steps", type=int, help="about this many full steps per mode (default 8; --tiny 6)")
+    parser.add_argument("--steps", type=int, help="about this many full steps per mode (default 8; --tiny 12)")
     parser.add_argument("--window", type=int, default=8, help="the schedule's window_steps")
     parser.add_argument("--median", type=int, help="the lognormal mix's median length (default capacity / 8)")
     parser.add_argument("--cost-model", help="calibration JSON (python -m varpack calibrate) of this model on this "
@@ -336,7 +336,7 @@ def main(argv=None) -> None:
     results = run(args, preset, rank, world, device)
     if rank == 0:
         write_results(args.out, "schedule", results)
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":
