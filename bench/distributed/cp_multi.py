@@ -179,7 +179,7 @@ def measure_case(name, cu, args, rank, world, device, dtype) -> dict:
         t_step = timed(step, device, args.repeats)
         kernels()
         t_kernels = timed(kernels, device, args.repeats)
-        errors = [gathered_error(layout, part, full, rank) for part, full in zip(mine, reference)]
+        errors = [gathered_error(layout, part, full) for part, full in zip(mine, reference)]
         per_rank = [None] * world
         dist.all_gather_object(per_rank, (t_step, t_kernels, memory))
         steps, kernel_times, memories = zip(*per_rank)
@@ -192,7 +192,7 @@ def measure_case(name, cu, args, rank, world, device, dtype) -> dict:
     return case
 
 
-def gathered_error(layout, part, full, rank) -> float:
+def gathered_error(layout, part, full) -> float:
     """max |the ranks' parts of a row-shaped tensor, put back in order - full| (every rank gets it)."""
     rows = max(layout.tokens)
     padded = torch.cat([part, part.new_zeros((rows - part.shape[0], *part.shape[1:]))]).contiguous()
@@ -267,17 +267,19 @@ def write_results(out, name: str, results: dict) -> None:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", default="65536,131072", help="comma-separated: one causal document of each")
-    parser.add_argument("--row", type=int, default=131072, help="tokens of the packed long-tailed row (0: none)")
-    parser.add_argument("--row-median", type=int, default=8192, help="median document length of the packed row")
-    parser.add_argument("--variants", default="allgather,ring,ulysses,hybrid")
-    parser.add_argument("--heads", type=int, default=32)
-    parser.add_argument("--kv-heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls after one untimed")
+    parser.add_argument("--lengths", default="65536,131072", help="comma-separated: one causal document of each (default 65536,131072)")
+    parser.add_argument("--row", type=int, default=131072, help="tokens of the packed long-tailed row (default 131072; 0: none)")
+    parser.add_argument("--row-median", type=int, default=8192, help="median document length of the packed row (default 8192)")
+    parser.add_argument("--variants", default="allgather,ring,ulysses,hybrid",
+                        help="comma-separated (hybrid: Ulysses over 2 ranks, ring across; from 4 ranks)")
+    parser.add_argument("--heads", type=int, default=32, help="query heads (default 32)")
+    parser.add_argument("--kv-heads", type=int, default=8, help="key/value heads (default 8)")
+    parser.add_argument("--head-dim", type=int, default=128, help="(default 128)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls after one untimed (default 3)")
     parser.add_argument("--tiny", action="store_true", help="CPU sizes (other flags still apply): documents of "
                         "1024 and 2048 tokens, a row of 2048 (median 256), 4/2 heads x 32")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                        help="auto: CUDA (NCCL) where there is a GPU, else the CPU (gloo)")
     parser.add_argument("--out", help="folder for cp.json and cp.md (rank 0)")
     if "--tiny" in (sys.argv[1:] if argv is None else argv):
         parser.set_defaults(lengths="1024,2048", row=2048, row_median=256, heads=4, kv_heads=2, head_dim=32)

@@ -128,7 +128,8 @@ class CPGroups:
                 if b <= rank < b + g:
                     self.groups[g] = group
         for g, group in self.groups.items():  # every link a variant uses, once, untimed
-            for variant in ("allgather", "ring", "ulysses") + (("hybrid",) if g >= 4 else ()):
+            for variant in ("allgather", "ring") + (("ulysses",) if heads % g == 0 else ()) + (
+                    ("hybrid",) if g >= 4 and heads % 2 == 0 else ()):
                 x = torch.randn(4 * g, heads, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
                 layout = cp_layout([0, 4 * g * g], g, owner=[SPLIT])
                 cp_varlen_attention(x, x, x, layout, group, variant=variant, ulysses=2 if variant == "hybrid" else None
@@ -228,9 +229,9 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mixes", default="stdlib,lognormal", help="comma-separated: stdlib, lognormal")
     parser.add_argument("--capacity", type=int, help="tokens per row (default 32768; --tiny 512)")
-    parser.add_argument("--rows-per-rank", type=int, default=2, help="slots (rows) per rank per step")
+    parser.add_argument("--rows-per-rank", type=int, default=2, help="slots (rows) per rank per step (default 2)")
     parser.add_argument("--steps", type=int, help="about this many full steps per mode (default 8; --tiny 12)")
-    parser.add_argument("--window", type=int, default=8, help="the schedule's window_steps")
+    parser.add_argument("--window", type=int, default=8, help="the schedule's window_steps (default 8)")
     parser.add_argument("--median", type=int, help="the lognormal mix's median length (default capacity / 8)")
     parser.add_argument("--cost-model", help="calibration JSON (python -m varpack calibrate) of this model on this "
                         "device; default: the built-in fit of the 542M model on an H200")
@@ -238,7 +239,8 @@ def parse_args(argv=None):
                         "(the simulator's all-reduce and CP terms)")
     parser.add_argument("--bandwidth", type=float, default=45e9, help="bytes/s per rank across nodes (CP groups past 8)")
     parser.add_argument("--tiny", action="store_true", help="CPU sizes: the tiny model (1 layer, hidden 64, 4 heads), rows of 512 tokens")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                        help="auto: CUDA (NCCL) where there is a GPU, else the CPU (gloo)")
     parser.add_argument("--max-files", type=int, help="read only this many stdlib files (quicker start)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="folder for schedule.json and schedule.md (rank 0)")
