@@ -1,4 +1,4 @@
-# Sourced by the GPU scripts in examples/ (gpu_benchmark.sh, vla_benchmark.sh, distributed_gpu.sh)
+# Sourced by the GPU scripts (examples/gpu_benchmark.sh, vla_benchmark.sh, bench/distributed/*.sh)
 # from the repository root: defines build_extension, which builds varpack's extension in place with
 # its CUDA kernels (it needs only torch, a C++ compiler and nvcc), or, if that build fails, a
 # CPU-only one, so the torch-only modes still run and the varpack modes say "not available".

@@ -6,7 +6,8 @@
 # gpu_tune.sh: standalone build, tests, sanitizers, benchmarks, experiments).
 #   vla     examples/train_vla.py's H200 preset: padded / dynamic / varlen / varlen + view pruning
 #   cuda    the GPU pytest (both kernel paths) and bench/cuda/bench_attention_gpu.py (the peers)
-#   dist    examples/distributed_gpu.sh: calibration, DDP token- vs cost-balanced, simulator, CP
+#   dist    bench/distributed/multi_gpu.sh: calibration, CP variants, the (dp, cp) schedule vs
+#           token / LPT balancing beside the simulator, on every GPU
 # Usage (with the run tool): bash scripts/gpu_measure.sh $OUT vla cuda   then, while still warm,
 #        BUILD=0 bash scripts/gpu_measure.sh $OUT dist
 # Logs land in OUT (one folder per part); a summary is printed last.
@@ -33,7 +34,7 @@ for p in "$@"; do
     cuda)
       part pytest_gpu 90 "$out/pytest_gpu.log" python3 -m pytest -q tests/python/test_cuda_attention.py
       part bench_peers 200 "$out/bench_peers.log" python3 bench/cuda/bench_attention_gpu.py --out "$out/bench_peers.md" ;;
-    dist) part dist 330 /dev/null env BUILD=0 bash examples/distributed_gpu.sh "$out/dist" ;;
+    dist) part dist 330 /dev/null env BUILD=0 DEADLINE_S=320 bash bench/distributed/multi_gpu.sh "$out/dist" ;;
     *) echo "unknown part: $p (vla, cuda, dist)"; exit 2 ;;
   esac
 done

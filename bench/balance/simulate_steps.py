@@ -23,12 +23,13 @@ seconds for the absolute cost.
     python bench/balance/simulate_steps.py                      # lognormal + stdlib, 8/64/1024 ranks
     python bench/balance/simulate_steps.py --cost-model calibration.json --noise 0.1
 
-Mixes: lognormal (median 1100, sigma 1.0, clipped to [1, --max-length]) and stdlib (the running
+Mixes: lognormal (median --median, 1100 by default, sigma 1.0, clipped to [1, --max-length]) and stdlib (the running
 Python's standard-library sources, one document per file, as byte tokens; the list repeated).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -38,7 +39,7 @@ import numpy as np
 
 import varpack
 from varpack.auto import ANCHOR_COST_MODEL, CostModel
-from varpack.cp_cost import choose_variant
+from varpack.cp_cost import VariantCost, choose_variant
 from varpack.cp_layout import SPLIT, cp_layout
 from varpack.cp_schedule import cp_schedule
 
@@ -49,8 +50,8 @@ ANCHOR_POINTS = [([128] * 256, 0.242), ([512] * 64, 0.248), ([2048] * 16, 0.265)
                  ([16384] * 2, 0.430), ([32768], 0.618)]
 
 
-def lognormal_lengths(count: int, max_length: int, rng: np.random.Generator) -> np.ndarray:
-    return np.clip(np.rint(rng.lognormal(np.log(1100), 1.0, size=count)), 1, max_length).astype(np.int64)
+def lognormal_lengths(count: int, max_length: int, rng: np.random.Generator, median: float = 1100) -> np.ndarray:
+    return np.clip(np.rint(rng.lognormal(np.log(median), 1.0, size=count)), 1, max_length).astype(np.int64)
 
 
 def stdlib_lengths(count: int, max_length: int, rng: np.random.Generator) -> np.ndarray:
@@ -66,6 +67,20 @@ def residual_noise(model: CostModel, points) -> float:
     """RMS of the fit's relative errors at its measured points."""
     errors = [model.predict(lengths) / seconds - 1 for lengths, seconds in points]
     return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def allreduce_seconds(ranks: int, params: float, grad_bytes: int, bandwidth: float) -> float:
+    """The gradient all-reduce of a step (ring): 2 (R-1)/R x parameters x bytes / bandwidth."""
+    return 2 * (ranks - 1) / ranks * params * grad_bytes / bandwidth
+
+
+def cp_choice(length: int, g: int, args) -> VariantCost:
+    """choose_variant's pick for one document of `length` tokens over g ranks, for args' attention
+    shape (heads, kv_heads, head_dim), --intra-bandwidth within 8 ranks and --bandwidth across."""
+    layout = cp_layout([0, length], g, owner=[SPLIT])
+    bandwidth = args.intra_bandwidth if g <= 8 else args.bandwidth
+    return choose_variant(layout, args.heads, args.kv_heads, args.head_dim, bandwidth=bandwidth,
+                          intra_bandwidth=args.intra_bandwidth)
 
 
 def scored(step_loads: list, allreduce: float) -> tuple[float, float]:
@@ -89,11 +104,7 @@ def baseline_lines(lengths, args, ranks, model, noise, rng, allreduce):
 
 def dpcp_line(lengths, args, ranks, model, noise, rng, allreduce):
     def exposed(length, g):
-        layout = cp_layout([0, length], g, owner=[SPLIT])
-        bandwidth = args.intra_bandwidth if g <= 8 else args.bandwidth
-        best = choose_variant(layout, args.heads, args.kv_heads, args.head_dim, bandwidth=bandwidth,
-                              intra_bandwidth=args.intra_bandwidth)
-        return best.exposed_s * args.layers
+        return cp_choice(length, g, args).exposed_s * args.layers
 
     sched = cp_schedule(lengths, ranks, args.k, args.capacity, model, window_steps=args.window, seed=args.seed,
                         cp_overhead=exposed)
@@ -123,6 +134,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=64, help="about this many steps of documents")
     parser.add_argument("--capacity", type=int, default=32768, help="tokens per row (one rank's row)")
     parser.add_argument("--max-length", type=int, default=262144, help="longest document (lognormal clip)")
+    parser.add_argument("--median", type=float, default=1100, help="median length of the lognormal mix")
     parser.add_argument("--cost-model", help="JSON from `python -m varpack calibrate` (default: the built-in "
                         "fit, 3.38 ms + 7.26 us/token + 351 ps/token^2 per row); its points give the noise")
     parser.add_argument("--noise", default="calibration,0.1",
@@ -153,10 +165,11 @@ def main(argv=None) -> None:
     for mix in args.mixes.split(","):
         for ranks in (int(r) for r in args.ranks.split(",")):
             rng = np.random.default_rng(args.seed)
-            probe = MIXES[mix](20000, args.max_length, rng)
+            draw = functools.partial(lognormal_lengths, median=args.median) if mix == "lognormal" else MIXES[mix]
+            probe = draw(20000, args.max_length, rng)
             count = int(ranks * args.k * args.steps * args.capacity * 0.95 / probe.mean()) + 1
-            lengths = MIXES[mix](count, args.max_length, rng)
-            allreduce = 2 * (ranks - 1) / ranks * args.params * args.grad_bytes / args.bandwidth
+            lengths = draw(count, args.max_length, rng)
+            allreduce = allreduce_seconds(ranks, args.params, args.grad_bytes, args.bandwidth)
             for level in args.noise.split(","):
                 noise = calibration if level == "calibration" else float(level)
                 start = time.perf_counter()
