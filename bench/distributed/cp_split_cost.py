@@ -95,18 +95,21 @@ def main() -> None:
     print(f"{name}, bf16, one causal document of {n} tokens, {args.heads}/{args.kv_heads} "
           f"heads x {d}, forward + backward, median of {args.repeats}")
     print(f"one process, one call: {t_whole * 1e3:.2f} ms\n")
-    print("| variant | cp | sum over ranks ms | / one process | slowest rank ms | max abs err out |")
-    print("|---|---|---|---|---|---|")
+    print("| variant | cp | kernel calls a direction | sum over ranks ms | / one process | slowest rank ms | "
+          "max abs err out |")
+    print("|---|---|---|---|---|---|---|")
     for cp in (int(c) for c in args.cp.split(",")):
         layout = cp_layout([0, n], cp, owner=[SPLIT])
         for variant in ("allgather", "ring", "ulysses"):
-            per_rank, outs = [], []
+            per_rank, outs, calls = [], [], 0
             for rank in range(cp):
                 if variant == "ulysses":  # heads / cp of the whole document: one call
                     hq = slice(rank * args.heads // cp, (rank + 1) * args.heads // cp)
                     hk = slice(rank * args.kv_heads // cp, max((rank + 1) * args.kv_heads // cp,
                                                               rank * args.kv_heads // cp + 1))
                     parts = [t[:, h].contiguous() for t, h in ((q, hq), (k, hk), (v, hk), (dout, hq))]
+
+                    calls += 1
 
                     def work(parts=parts, keep=None):
                         x = [t.detach().requires_grad_() for t in parts[:3]]
@@ -116,6 +119,7 @@ def main() -> None:
                             keep.append(out.detach())
                 else:
                     sources = variant_sources(layout, variant, k, v)[rank]
+                    calls += sum(len(plan_calls(layout.pieces[rank], pieces, -1, 0)) for pieces, _, _ in sources)
 
                     def work(rank=rank, sources=sources, keep=None):
                         rank_work(layout, rank, q, k, v, dout, sources, scale, keep)
@@ -127,7 +131,7 @@ def main() -> None:
                 got = layout.unshard(outs).float()
             err = float((got - reference).abs().max())
             total = sum(per_rank)
-            print(f"| {variant} | {cp} | {total * 1e3:.2f} | {total / t_whole:.3f} | {max(per_rank) * 1e3:.2f} | "
+            print(f"| {variant} | {cp} | {calls} | {total * 1e3:.2f} | {total / t_whole:.3f} | {max(per_rank) * 1e3:.2f} | "
                   f"{err:.2e} |", flush=True)
 
 
