@@ -9,6 +9,9 @@ one-process result (bf16).
 
 No communication is timed (that is what a multi-GPU run adds); this isolates the kernels' cost of
 cutting the document: smaller calls, the ring's partial blocks and merges, Ulysses' heads / CP.
+The one-process call is timed again beside every row (a long run heats the GPU and lowers its
+clock, so a peer timed once at the start flatters it), and --profile prints where each variant's
+GPU time goes, by kernel.
 """
 from __future__ import annotations
 
@@ -40,11 +43,62 @@ def timed(fn, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def rank_work(layout, rank, q, k, v, dout, sources, scale, keep):
+def kernel_times(fn) -> dict:
+    """GPU time (ms) of each kernel name while fn runs once (on CPU: each op's own CPU time)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    gpu = torch.cuda.is_available()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
+        fn()
+        sync()
+    times = {}
+    if gpu:
+        for event in prof.events():
+            if event.device_type == DeviceType.CUDA:
+                times[event.name] = times.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3
+    else:
+        for event in prof.key_averages():
+            times[event.key] = event.self_cpu_time_total / 1e3
+    return times
+
+
+def print_profile(label: str, times: dict, top: int = 8) -> None:
+    total = sum(times.values())
+    print(f"\n{label}: {total:.2f} ms of GPU time in kernels")
+    for name, ms in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {ms:8.2f} ms {100 * ms / total:5.1f}%  {name[:110]}")
+
+
+class ElementwiseMerged(Merged):
+    """The merge as separate torch ops (varpack's before merge_partial): the peer of the ring's
+    fused merge in the same run."""
+
+    def __init__(self, q):
+        super().__init__(q)
+        self.covered = []
+
+    def add(self, q0, q1, o, l):
+        l = torch.where(l == float("inf"), float("-inf"), l)
+        if not any(a < q1 and q0 < b for a, b in self.covered):
+            self.out[q0:q1] = o
+            self.lse[:, q0:q1] = l
+        else:
+            old_lse, old_out = self.lse[:, q0:q1], self.out[q0:q1]
+            new = torch.logaddexp(old_lse, l)
+            base = torch.where(torch.isinf(new), 0.0, new)
+            w_old = torch.exp(old_lse - base).transpose(0, 1).unsqueeze(-1)
+            w_new = torch.exp(l - base).transpose(0, 1).unsqueeze(-1)
+            self.out[q0:q1] = old_out * w_old + o.float() * w_new
+            self.lse[:, q0:q1] = new
+        self.covered.append((q0, q1))
+
+
+def rank_work(layout, rank, q, k, v, dout, sources, scale, keep, merge=Merged):
     """One rank's forward + backward kernel work: its queries against the K/V of `sources`
     (a list of (pieces, k, v) buffers), merged; the backward from the merged result."""
     ql, dl = layout.shard(q, rank), layout.shard(dout, rank)
-    merged = Merged(ql)
+    merged = merge(ql)
     mine = layout.pieces[rank]
     for pieces, kb, vb in sources:
         attend(ql, kb, vb, plan_calls(mine, pieces, -1, 0), scale, 0.0, merged)
@@ -74,6 +128,7 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="print each ring degree's GPU time by kernel")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: a small smoke run
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -90,25 +145,24 @@ def main() -> None:
         return out
 
     reference = whole().detach().float()
-    t_whole = timed(whole, args.repeats)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     print(f"{name}, bf16, one causal document of {n} tokens, {args.heads}/{args.kv_heads} "
-          f"heads x {d}, forward + backward, median of {args.repeats}")
-    print(f"one process, one call: {t_whole * 1e3:.2f} ms\n")
-    print("| variant | cp | kernel calls a direction | sum over ranks ms | / one process | slowest rank ms | "
-          "max abs err out |")
-    print("|---|---|---|---|---|---|---|")
+          f"heads x {d}, forward + backward, median of {args.repeats}; the one-process call "
+          "timed beside each row\n")
+    print("| variant | cp | kernel calls a direction | sum over ranks ms | one process ms | / one process | "
+          "slowest rank ms | max abs err out |")
+    print("|---|---|---|---|---|---|---|---|")
+    profiles = []
     for cp in (int(c) for c in args.cp.split(",")):
         layout = cp_layout([0, n], cp, owner=[SPLIT])
-        for variant in ("allgather", "ring", "ulysses"):
-            per_rank, outs, calls = [], [], 0
+        for variant in ("allgather", "ring", "ring, elementwise merge", "ulysses"):
+            works, outs, calls = [], [], 0
             for rank in range(cp):
                 if variant == "ulysses":  # heads / cp of the whole document: one call
                     hq = slice(rank * args.heads // cp, (rank + 1) * args.heads // cp)
                     hk = slice(rank * args.kv_heads // cp, max((rank + 1) * args.kv_heads // cp,
                                                               rank * args.kv_heads // cp + 1))
                     parts = [t[:, h].contiguous() for t, h in ((q, hq), (k, hk), (v, hk), (dout, hq))]
-
                     calls += 1
 
                     def work(parts=parts, keep=None):
@@ -118,12 +172,16 @@ def main() -> None:
                         if keep is not None:
                             keep.append(out.detach())
                 else:
-                    sources = variant_sources(layout, variant, k, v)[rank]
+                    sources = variant_sources(layout, variant.split(",")[0], k, v)[rank]
                     calls += sum(len(plan_calls(layout.pieces[rank], pieces, -1, 0)) for pieces, _, _ in sources)
+                    merge = ElementwiseMerged if "elementwise" in variant else Merged
 
-                    def work(rank=rank, sources=sources, keep=None):
-                        rank_work(layout, rank, q, k, v, dout, sources, scale, keep)
-                per_rank.append(timed(work, args.repeats))
+                    def work(rank=rank, sources=sources, keep=None, merge=merge):
+                        rank_work(layout, rank, q, k, v, dout, sources, scale, keep, merge)
+                works.append(work)
+            t_whole = timed(whole, args.repeats)
+            per_rank = [timed(work, args.repeats) for work in works]
+            for work in works:
                 work(keep=outs)
             if variant == "ulysses":
                 got = torch.cat(outs, dim=1).float()
@@ -131,8 +189,14 @@ def main() -> None:
                 got = layout.unshard(outs).float()
             err = float((got - reference).abs().max())
             total = sum(per_rank)
-            print(f"| {variant} | {cp} | {calls} | {total * 1e3:.2f} | {total / t_whole:.3f} | {max(per_rank) * 1e3:.2f} | "
-                  f"{err:.2e} |", flush=True)
+            print(f"| {variant} | {cp} | {calls} | {total * 1e3:.2f} | {t_whole * 1e3:.2f} | {total / t_whole:.3f} | "
+                  f"{max(per_rank) * 1e3:.2f} | {err:.2e} |", flush=True)
+            if args.profile and variant == "ring":
+                profiles.append((f"ring, cp {cp}, all ranks", kernel_times(lambda: [w() for w in works])))
+    if args.profile:
+        print_profile("one process, one call", kernel_times(whole))
+        for label, times in profiles:
+            print_profile(label, times)
 
 
 if __name__ == "__main__":

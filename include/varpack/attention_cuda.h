@@ -67,4 +67,22 @@ struct PastEndFill {
 inline constexpr int kMaxPastEndFills = 3;
 void fill_past_end_cuda(const PastEndFill* fills, int count, cudaStream_t stream);
 
+// One partial attention result (o, l) merged into a running one (out, lse) by their log-sum-exp,
+// per row and head: lse' = log(e^lse + e^l), out' = out e^(lse - lse') + o e^(l - lse'). l = +inf
+// means the part saw no key (weight 0) and lse = -inf that nothing was merged yet (out is then
+// overwritten, not read). Context parallelism's ring merges one part per K/V block this way.
+struct PartialMerge {
+  float* out = nullptr;         // [rows, heads, head_dim], rows out_row_stride floats apart
+  float* lse = nullptr;         // [heads, rows], heads lse_head_stride floats apart
+  const void* o = nullptr;      // [rows, heads, head_dim] in `dtype`, contiguous
+  const float* l = nullptr;     // [heads, rows], contiguous
+  DType dtype = DType::bf16;    // bf16, f16 or f32
+  int64_t rows = 0;
+  int64_t out_row_stride = 0;
+  int64_t lse_head_stride = 0;
+  int heads = 0;
+  int head_dim = 0;             // a multiple of 4; out rows and o 16-byte aligned
+};
+void merge_partial_cuda(const PartialMerge& merge, cudaStream_t stream);
+
 }  // namespace varpack

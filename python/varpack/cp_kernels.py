@@ -125,28 +125,15 @@ def _cu(call: Call, device):
 
 class Merged:
     """The running merge of one query buffer's partial results: out (rows, heads, d; fp32) and lse
-    (heads, rows; fp32, -inf where nothing was seen yet). Rows no earlier call touched are written
-    as they come (exact, and no exp); only rows seen before are merged by their LSE."""
+    (heads, rows; fp32, -inf where nothing was seen yet), each part merged in one pass by
+    torch.ops.varpack.merge_partial (rows no earlier call touched are written as they come: exact)."""
 
     def __init__(self, q: torch.Tensor):
-        self.out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        self.out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)  # 0 where no key is seen
         self.lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
-        self.covered = []
 
     def add(self, q0: int, q1: int, o: torch.Tensor, l: torch.Tensor) -> None:
-        l = torch.where(l == float("inf"), float("-inf"), l)
-        if not any(a < q1 and q0 < b for a, b in self.covered):
-            self.out[q0:q1] = o
-            self.lse[:, q0:q1] = l
-        else:
-            old_lse, old_out = self.lse[:, q0:q1], self.out[q0:q1]
-            new = torch.logaddexp(old_lse, l)
-            base = torch.where(torch.isinf(new), 0.0, new)
-            w_old = torch.exp(old_lse - base).transpose(0, 1).unsqueeze(-1)
-            w_new = torch.exp(l - base).transpose(0, 1).unsqueeze(-1)
-            self.out[q0:q1] = old_out * w_old + o.float() * w_new
-            self.lse[:, q0:q1] = new
-        self.covered.append((q0, q1))
+        torch.ops.varpack.merge_partial(self.out[q0:q1], self.lse[:, q0:q1], o, l)
 
     def result(self, dtype):
         """out in `dtype` and lse in the kernel's convention (+inf where no key was seen)."""
