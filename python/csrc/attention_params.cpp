@@ -17,27 +17,6 @@ namespace {
   C10_THROW_ERROR(ValueError, "varpack attention: " + what);
 }
 
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kHalf: return "torch.float16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    default: return c10::toString(t);
-  }
-}
-
-// "[12, 4, 8]", as torch prints a shape (also strides).
-std::string list_of(c10::IntArrayRef values) {
-  std::string text = "[";
-  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
-  return text + "]";
-}
-
-std::string shape_of(const at::Tensor& t) { return list_of(t.sizes()); }
-
 void require_3d(const at::Tensor& t, const char* name, const char* layout) {
   if (t.dim() != 3) {
     fail(std::string(name) + " must be 3-D " + layout + ", got shape " + shape_of(t) +
@@ -90,6 +69,27 @@ void check_cu_seqlens_tensor(const at::Tensor& cu, const char* name, const at::T
 }
 
 }  // namespace
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kHalf: return "torch.float16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    default: return c10::toString(t);
+  }
+}
+
+// "[12, 4, 8]", as torch prints a shape (also strides).
+std::string list_of(c10::IntArrayRef values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+std::string shape_of(const at::Tensor& t) { return list_of(t.sizes()); }
 
 DType dtype_of(const at::Tensor& t, const char* name) {
   switch (t.scalar_type()) {

@@ -7,10 +7,18 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 #include "varpack/attention.h"
 #include "varpack/error.h"
 
 namespace varpack::op {
+
+// Pieces of error messages, joined from std::to_string: "torch.bfloat16"; "[12, 4, 8]" as torch
+// prints a shape (or strides).
+std::string dtype_name(at::ScalarType t);
+std::string list_of(c10::IntArrayRef values);
+std::string shape_of(const at::Tensor& t);
 
 // Maps a torch dtype to the kernels' DType; throws c10::ValueError naming `name` for any other.
 DType dtype_of(const at::Tensor& t, const char* name);

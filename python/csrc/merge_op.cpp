@@ -16,30 +16,39 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <string>
 
+#include "attention_params.h"
 #include "merge_op.h"
 
 namespace varpack::op {
 
+namespace {
+
+// The messages are joined from std::string: see attention_params.cpp on ostream in this extension.
+[[noreturn]] void fail(const std::string& what) {
+  C10_THROW_ERROR(ValueError, "varpack merge_partial: " + what);
+}
+
+}  // namespace
+
 void check_merge_inputs(const at::Tensor& out, const at::Tensor& lse, const at::Tensor& o,
                         const at::Tensor& l) {
-  TORCH_CHECK_VALUE(out.dim() == 3 && out.scalar_type() == at::kFloat,
-                    "merge_partial: out must be float32 [rows, heads, head_dim], got ", out.sizes(), " ",
-                    out.scalar_type());
-  TORCH_CHECK_VALUE(o.sizes() == out.sizes(), "merge_partial: o ", o.sizes(), " must have out's shape ",
-                    out.sizes());
-  const auto rows = out.size(0), heads = out.size(1);
-  TORCH_CHECK_VALUE(lse.scalar_type() == at::kFloat && lse.dim() == 2 && lse.size(0) == heads &&
-                        lse.size(1) == rows,
-                    "merge_partial: lse must be float32 [heads, rows] = [", heads, ", ", rows, "], got ",
-                    lse.sizes());
-  TORCH_CHECK_VALUE(l.scalar_type() == at::kFloat && l.sizes() == lse.sizes(),
-                    "merge_partial: l must be float32 ", lse.sizes(), ", got ", l.sizes(), " ", l.scalar_type());
-  TORCH_CHECK_VALUE(o.is_contiguous() && l.is_contiguous(), "merge_partial: o and l must be contiguous");
-  TORCH_CHECK_VALUE(out.stride(2) == 1 && out.stride(1) == out.size(2) && (rows < 2 || lse.stride(1) == 1),
-                    "merge_partial: out's heads and head_dim and lse's rows must be contiguous");
+  if (out.dim() != 3 || out.scalar_type() != at::kFloat)
+    fail("out must be float32 [rows, heads, head_dim], got " + dtype_name(out.scalar_type()) + " " + shape_of(out));
+  if (o.sizes() != out.sizes())
+    fail("o " + shape_of(o) + " must have out's shape " + shape_of(out));
+  const std::string want = "[" + std::to_string(out.size(1)) + ", " + std::to_string(out.size(0)) + "]";
+  if (lse.scalar_type() != at::kFloat || lse.dim() != 2 || lse.size(0) != out.size(1) || lse.size(1) != out.size(0))
+    fail("lse must be float32 [heads, rows] = " + want + ", got " + dtype_name(lse.scalar_type()) + " " + shape_of(lse));
+  if (l.scalar_type() != at::kFloat || l.sizes() != lse.sizes())
+    fail("l must be float32 " + want + ", got " + dtype_name(l.scalar_type()) + " " + shape_of(l));
+  if (!o.is_contiguous() || !l.is_contiguous()) fail("o and l must be contiguous");
+  if (out.stride(2) != 1 || out.stride(1) != out.size(2) || (out.size(0) > 1 && lse.stride(1) != 1))
+    fail("out's heads and head_dim and lse's rows must be contiguous, got strides " + list_of(out.strides()) +
+         " and " + list_of(lse.strides()));
   for (const at::Tensor* t : {&lse, &o, &l})
-    TORCH_CHECK_VALUE(t->device() == out.device(), "merge_partial: every tensor must be on ", out.device());
+    if (t->device() != out.device()) fail("every tensor must be on " + out.device().str());
 }
 
 namespace {

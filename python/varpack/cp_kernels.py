@@ -20,7 +20,7 @@ The kernel returns lse = +inf for a query that sees no key; the merge reads that
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +41,20 @@ class Call:
     k1: int
     cu_q: list
     cu_k: list
+    # Per device: (cu_q, cu_k) as int32 tensors and the longest sequences, made once per plan.
+    on_device: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def kernel_args(self, device) -> tuple:
+        """(cu_q, cu_k, max_seqlen_q, max_seqlen_k) for a kernel call on `device`. Cached: a
+        host-to-device copy of a pageable tensor waits for the GPU's queue to drain, and the
+        ring would pay that wait before every call."""
+        args = self.on_device.get(device)
+        if args is None:
+            args = (torch.tensor(self.cu_q, dtype=torch.int32, device=device),
+                    torch.tensor(self.cu_k, dtype=torch.int32, device=device),
+                    _lengths(self.cu_q), _lengths(self.cu_k))
+            self.on_device[device] = args
+        return args
 
     def add(self, q0, q1, k0, k1) -> None:
         if q0 > self.q1:  # query rows between pieces: a sequence without keys
@@ -118,11 +132,6 @@ def _lengths(cu: list) -> int:
     return max((b - a for a, b in zip(cu, cu[1:])), default=0)
 
 
-def _cu(call: Call, device):
-    return (torch.tensor(call.cu_q, dtype=torch.int32, device=device),
-            torch.tensor(call.cu_k, dtype=torch.int32, device=device))
-
-
 class Merged:
     """The running merge of one query buffer's partial results: out (rows, heads, d; fp32) and lse
     (heads, rows; fp32, -inf where nothing was seen yet), each part merged in one pass by
@@ -143,10 +152,9 @@ class Merged:
 def attend(q, k, v, calls, scale: float, softcap: float, merged: Merged) -> None:
     """Runs the calls and merges their partial attention into `merged`."""
     for c in calls:
-        cu_q, cu_k = _cu(c, q.device)
-        o, l = torch.ops.varpack.varlen_fwd(q[c.q0:c.q1], k[c.k0:c.k1], v[c.k0:c.k1], cu_q, cu_k,
-                                            _lengths(c.cu_q), _lengths(c.cu_k), scale, False, c.left, c.right,
-                                            softcap)
+        cu_q, cu_k, max_q, max_k = c.kernel_args(q.device)
+        o, l = torch.ops.varpack.varlen_fwd(q[c.q0:c.q1], k[c.k0:c.k1], v[c.k0:c.k1], cu_q, cu_k, max_q, max_k,
+                                            scale, False, c.left, c.right, softcap)
         merged.add(c.q0, c.q1, o, l)
 
 
@@ -154,12 +162,11 @@ def attend_backward(dout, q, k, v, out, lse, calls, scale: float, softcap: float
                     dq, dk, dv) -> None:
     """Adds the calls' gradients (from the merged out and lse) into dq, dk, dv (fp32), in place."""
     for c in calls:
-        cu_q, cu_k = _cu(c, q.device)
+        cu_q, cu_k, max_q, max_k = c.kernel_args(q.device)
         rq, rk = slice(c.q0, c.q1), slice(c.k0, c.k1)
         gq, gk, gv = torch.ops.varpack.varlen_bwd(dout[rq], q[rq], k[rk], v[rk], out[rq], lse[:, rq].contiguous(),
-                                                  cu_q, cu_k,
-                                                  _lengths(c.cu_q), _lengths(c.cu_k), scale, False, c.left,
-                                                  c.right, softcap, deterministic)
+                                                  cu_q, cu_k, max_q, max_k, scale, False, c.left, c.right,
+                                                  softcap, deterministic)
         dq[rq] += gq
         dk[rk] += gk
         dv[rk] += gv
