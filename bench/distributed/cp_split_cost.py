@@ -94,19 +94,18 @@ class ElementwiseMerged(Merged):
         self.covered.append((q0, q1))
 
 
-def rank_work(layout, rank, q, k, v, dout, sources, scale, keep, merge=Merged):
-    """One rank's forward + backward kernel work: its queries against the K/V of `sources`
-    (a list of (pieces, k, v) buffers), merged; the backward from the merged result."""
-    ql, dl = layout.shard(q, rank), layout.shard(dout, rank)
+def rank_work(ql, dl, mine, sources, scale, keep, merge=Merged):
+    """One rank's forward + backward kernel work: its queries ql (pieces `mine`, already local as
+    on a CP rank) against the K/V of `sources` (a list of (pieces, k, v) buffers), merged; the
+    backward from the merged result."""
     merged = merge(ql)
-    mine = layout.pieces[rank]
     for pieces, kb, vb in sources:
         attend(ql, kb, vb, plan_calls(mine, pieces, -1, 0), scale, 0.0, merged)
-    out, lse = merged.result(q.dtype)
-    dq = torch.zeros(ql.shape, dtype=torch.float32, device=q.device)
+    out, lse = merged.result(ql.dtype)
+    dq = torch.zeros(ql.shape, dtype=torch.float32, device=ql.device)
     for pieces, kb, vb in sources:
-        dk = torch.zeros(kb.shape, dtype=torch.float32, device=q.device)
-        dv = torch.zeros(vb.shape, dtype=torch.float32, device=q.device)
+        dk = torch.zeros(kb.shape, dtype=torch.float32, device=ql.device)
+        dv = torch.zeros(vb.shape, dtype=torch.float32, device=ql.device)
         attend_backward(dl, ql, kb, vb, out, lse, plan_calls(mine, pieces, -1, 0), scale, 0.0, False, dq, dk, dv)
     if keep is not None:
         keep.append(out)
@@ -120,6 +119,31 @@ def variant_sources(layout, variant, k, v):
     return [[(pieces, k, v)]] * cp  # allgather: the row in order, as the gather + reorder gives it
 
 
+def block_costs(q, k, v, dout, scale, repeats) -> None:
+    """The varlen kernels' time per visible score on the ring's block shapes against the whole
+    causal document: where splitting costs, by direction."""
+    n = q.shape[0]
+    shapes = [(n, n, True)] + [(m, c, False) for m, c in ((n // 8, n // 16), (n // 16, n // 8), (n // 4, n // 8),
+                                                           (n // 8, n // 4), (n // 4, n // 4), (n // 2, n // 2))]
+    print("\n| block (queries x keys) | forward ms | backward ms | forward / score vs whole | backward / score vs whole |")
+    print("|---|---|---|---|---|")
+    base = None
+    for m, c, causal in shapes:
+        cu_q = torch.tensor([0, m], dtype=torch.int32, device=q.device)
+        cu_k = torch.tensor([0, c], dtype=torch.int32, device=q.device)
+        args = (q[:m], k[:c], v[:c], cu_q, cu_k, m, c, scale, causal, -1, 0 if causal else -1, 0.0)
+        out, lse = torch.ops.varpack.varlen_fwd(*args)
+        t_fwd = timed(lambda: torch.ops.varpack.varlen_fwd(*args), repeats)
+        t_bwd = timed(lambda: torch.ops.varpack.varlen_bwd(dout[:m], q[:m], k[:c], v[:c], out, lse, cu_q, cu_k, m, c,
+                                                          scale, causal, -1, 0 if causal else -1, 0.0, False), repeats)
+        scores = m * (m + 1) / 2 if causal else m * c
+        per = (t_fwd / scores, t_bwd / scores)
+        base = base or per
+        name = f"{m} x {c}, {'causal' if causal else 'no mask'}"
+        print(f"| {name} | {t_fwd * 1e3:.2f} | {t_bwd * 1e3:.2f} | {per[0] / base[0]:.3f} | {per[1] / base[1]:.3f} |",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--length", type=int, default=65536)
@@ -129,6 +153,7 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print each ring degree's GPU time by kernel")
+    parser.add_argument("--blocks", action="store_true", help="time the kernels on the ring's block shapes")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: a small smoke run
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -176,8 +201,10 @@ def main() -> None:
                     calls += sum(len(plan_calls(layout.pieces[rank], pieces, -1, 0)) for pieces, _, _ in sources)
                     merge = ElementwiseMerged if "elementwise" in variant else Merged
 
-                    def work(rank=rank, sources=sources, keep=None, merge=merge):
-                        rank_work(layout, rank, q, k, v, dout, sources, scale, keep, merge)
+                    local = (layout.shard(q, rank), layout.shard(dout, rank), layout.pieces[rank])
+
+                    def work(local=local, sources=sources, keep=None, merge=merge):
+                        rank_work(*local, sources, scale, keep, merge)
                 works.append(work)
             t_whole = timed(whole, args.repeats)
             per_rank = [timed(work, args.repeats) for work in works]
@@ -193,6 +220,8 @@ def main() -> None:
                   f"{max(per_rank) * 1e3:.2f} | {err:.2e} |", flush=True)
             if args.profile and variant == "ring":
                 profiles.append((f"ring, cp {cp}, all ranks", kernel_times(lambda: [w() for w in works])))
+    if args.blocks:
+        block_costs(q, k, v, dout, scale, args.repeats)
     if args.profile:
         print_profile("one process, one call", kernel_times(whole))
         for label, times in profiles:
