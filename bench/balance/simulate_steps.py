@@ -13,7 +13,7 @@ A step takes its slowest rank plus the gradient all-reduce (ring: 2 (R-1)/R x pa
   LPT:                varpack.balance_rows(method="lpt"), no window;
   LPT + windows:      varpack.balance_rows(method="lpt", window_steps=--window);
   DP + CP:            varpack.cp_schedule: documents longer than a row kept whole and run
-                      context-parallel over g ranks (their exposed communication from
+                      context-parallel over g ranks (their exposed communication and splitting cost from
                       varpack.cp_cost's choice of variant, NVLink within 8 ranks, --bandwidth
                       across), the rest packed and balanced by LPT with windows.
 The first four cut long documents into row-sized pieces (attention no longer spans them); DP + CP
@@ -103,11 +103,11 @@ def baseline_lines(lengths, args, ranks, model, noise, rng, allreduce):
 
 
 def dpcp_line(lengths, args, ranks, model, noise, rng, allreduce):
-    def exposed(length, g):
-        return cp_choice(length, g, args).exposed_s * args.layers
+    def overhead(length, g):
+        return cp_choice(length, g, args).overhead_s * args.layers
 
     sched = cp_schedule(lengths, ranks, args.k, args.capacity, model, window_steps=args.window, seed=args.seed,
-                        cp_overhead=exposed)
+                        cp_overhead=overhead)
     predicted_rows = varpack.row_costs(sched.rows, model)
     true_rows = predicted_rows * np.maximum(0.05, 1 + noise * rng.standard_normal(len(predicted_rows)))
     loads = np.zeros((len(sched.steps), ranks))
@@ -118,7 +118,7 @@ def dpcp_line(lengths, args, ranks, model, noise, rng, allreduce):
             n = int(lengths[w.doc])
             base = model.overhead + (model.alpha * n + model.beta * float(n) ** 2) / w.size
             loads[s, w.first_rank:w.first_rank + w.size] += (
-                base * np.maximum(0.05, 1 + noise * rng.standard_normal(w.size)) + exposed(n, w.size))
+                base * np.maximum(0.05, 1 + noise * rng.standard_normal(w.size)) + overhead(n, w.size))
     # Drop the trailing partial steps, as drop_last does for the baselines.
     full = [s for s in range(len(sched.steps)) if (sched.steps[s][2] != -1).all()]
     return scored(loads[full], allreduce) + (len(full),), len(sched.long)

@@ -265,7 +265,7 @@ def run(args, preset, rank: int, world: int, device) -> dict:
         return choices[length, g]
 
     def cp_overhead(length, g):
-        return choice(length, g).exposed_s * preset.layers
+        return choice(length, g).overhead_s * preset.layers
 
     model = train_ddp.make_model(preset, seed=0).to(device)
     params = sum(p.numel() for p in model.parameters())

@@ -12,9 +12,15 @@ ulysses: all-to-all of q, k, v and out in the forward and q, out, dout, k, v, dq
     backward, (u-1)/u of each rank's rows; exposed. Needs heads % u == 0 and kv heads % u == 0 or
     u % kv heads == 0. With ring degree p = CP / u > 1 (hybrid), the all-to-all runs at
     `intra_bandwidth` (u consecutive ranks: one node) and the ring at `bandwidth`.
+Splitting: a ring step after the first is one more kernel call per direction whose partial output
+    is merged into the running fp32 output and whose dq, dK and dV are added into fp32 accumulators,
+    ~20 bytes per q element and per K/V element per step at `memory_bandwidth` (split_s; ring and
+    hybrid). Not modelled: the backward kernel's loss on a ring's smaller blocks (+15% at 8192 x 4096
+    on an H100, bench/results/distributed.md).
 Every message also pays `latency`. The rule picks the least predicted time; a variant within 1%
 of it is taken first in the order allgather (exact: no LSE merge), ring, ulysses, hybrid. Defaults: 45 GB/s per rank across nodes (InfiniBand), 300 GB/s within one
-(NVLink), 20 us a message, 300 Tflop/s of attention kernel.
+(NVLink), 20 us a message, 300 Tflop/s of attention kernel, 2.3 TB/s of device memory (what the
+ring's accumulation reached on an H100).
 """
 from __future__ import annotations
 
@@ -33,14 +39,20 @@ BACKWARD_FACTOR = 2.5  # FlashAttention-2's backward runs ~2.5x its forward's fl
 class VariantCost:
     variant: str
     ulysses: int
-    compute_s: float
+    compute_s: float  # the rank's share of the attention kernels' work
     comm_s: float     # all bytes moved per rank / bandwidth (+ latency), forward + backward
     exposed_s: float  # the part of comm_s not hidden behind compute
     bytes: float      # bytes received per rank, forward + backward
+    split_s: float = 0.0  # merging and accumulating the ring's per-block results
+
+    @property
+    def overhead_s(self) -> float:
+        """What the variant adds to the rank's share of the kernels' work."""
+        return self.split_s + self.exposed_s
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.exposed_s
+        return self.compute_s + self.overhead_s
 
 
 def pairs(start: int, end: int, length: int, causal: bool, window: tuple) -> int:
@@ -60,7 +72,8 @@ def _rank_pairs(layout: CPLayout, causal: bool, window: tuple) -> list:
 
 def variant_costs(layout: CPLayout, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2,
                   causal: bool = True, window: tuple = (-1, -1), bandwidth: float = 45e9,
-                  intra_bandwidth: float = 300e9, latency: float = 20e-6, flops: float = 300e12) -> list:
+                  intra_bandwidth: float = 300e9, latency: float = 20e-6, flops: float = 300e12,
+                  memory_bandwidth: float = 2.3e12) -> list:
     """Predicted cost of each variant (and each Ulysses degree that divides CP) for one call."""
     cp = layout.cp
     rows = max(layout.tokens)
@@ -89,9 +102,12 @@ def variant_costs(layout: CPLayout, heads: int, kv_heads: int, head_dim: int, dt
         ring_comm = (p - 1) * send_fwd + p * send_bwd if p > 1 else 0.0
         ring_exposed = ((p - 1) * max(0.0, send_fwd - step_fwd) + (p - 1) * max(0.0, send_bwd - step_bwd)
                         + ring_dkv / bandwidth) if p > 1 else 0.0
+        # Per step: the forward's merge and the backward's dq += (10 bytes a q element each), dK and
+        # dV += (10 bytes a K/V element each); a member's buffer holds u ranks' rows of heads / u.
+        split = p * rows * head_dim * 20 * (heads + kv_heads) / memory_bandwidth if p > 1 else 0.0
         name = "ring" if u == 1 else ("ulysses" if p == 1 else "hybrid")
         moved = a2a + ((p - 1) * ring_kv + (p - 1) * ring_kv + p * ring_dkv if p > 1 else 0.0)
-        costs.append(VariantCost(name, u, compute, a2a_s + ring_comm, a2a_s + ring_exposed, moved))
+        costs.append(VariantCost(name, u, compute, a2a_s + ring_comm, a2a_s + ring_exposed, moved, split))
     return costs
 
 

@@ -10,7 +10,7 @@ A document of L > capacity tokens runs zigzag-split over g ranks, g the least po
 L / g <= capacity, doubled (up to `ranks`) while its share (alpha L + beta L^2) / g + overhead
 costs more than one sample of `capacity` tokens (the costliest row a rank can get; otherwise the
 quadratic term makes the CP shares the step's stragglers); each of the g ranks spends one of its rows_per_rank slots and
-carries that share plus `cp_overhead(L, g)` (the variant's exposed communication, default none). Groups are aligned blocks of g consecutive ranks, so every group is a row of a
+carries that share plus `cp_overhead(L, g)` (the variant's exposed communication and splitting cost, default none). Groups are aligned blocks of g consecutive ranks, so every group is a row of a
 (ranks / g, g) DeviceMesh made once (cp_meshes). The planner marks the long documents (varpack.plan with
 overlong="cp" leaves them out of its rows and counts them) and packs the rest (best-fit
 decreasing, shuffled) into rows of `capacity`. Items (rows and CP documents) are taken in a shuffled
@@ -117,7 +117,7 @@ def _doc_cost(length: int, g: int, model: CostModel) -> float:
 def cp_schedule(lengths, ranks: int, rows_per_rank: int, capacity: int, cost_model: CostModel | None = None,
                 window_steps: int = 16, seed: int = 0, cp_overhead=None) -> CPSchedule:
     """The schedule of the module docstring. cp_overhead(length, g) -> seconds per rank added to
-    a CP document (e.g. varpack.cp_cost's exposed communication)."""
+    a CP document (e.g. a varpack.cp_cost VariantCost's overhead_s)."""
     ranks, k, capacity = operator.index(ranks), operator.index(rows_per_rank), operator.index(capacity)
     model = cost_model or ANCHOR_COST_MODEL
     n = np.asarray(lengths, dtype=np.int64).reshape(-1)

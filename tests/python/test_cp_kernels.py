@@ -110,3 +110,18 @@ def test_a_key_piece_wholly_before_causal_queries_runs_unmasked():
     calls = plan_calls(layout.pieces[0], layout.pieces[1], -1, 0)  # chunk 3 sees chunks 1 and 2
     assert [(c.left, c.right, c.q0, c.q1, c.k0, c.k1, c.cu_q, c.cu_k) for c in calls] == \
         [(-1, -1, 16, 32, 0, 32, [0, 16], [0, 32])]
+
+
+def test_the_rule_charges_the_ring_for_merging_and_accumulating_its_blocks():
+    layout = cp_layout([0, 65536], 8, owner=[SPLIT])
+    costs = {(c.variant, c.ulysses): c for c in variant_costs(layout, 32, 8, 128, bandwidth=300e9)}
+    # One kernel call per direction (allgather, Ulysses) merges nothing; the ring merges a block per step,
+    # the hybrid (u = 2: a 4-step ring) half as many.
+    assert costs["allgather", 1].split_s == 0 and costs["ulysses", 8].split_s == 0
+    assert costs["ring", 1].split_s == pytest.approx(2 * costs["hybrid", 2].split_s)
+    assert costs["ring", 1].total_s == pytest.approx(costs["ring", 1].compute_s + costs["ring", 1].split_s
+                                                     + costs["ring", 1].exposed_s)
+    # On NVLink at 64k the ring hides its transfers but its per-rank kernel work is the largest
+    # (H100: slowest rank 35.6 ms against allgather's 30.8 ms, bench/results/distributed.md): not chosen.
+    assert choose_variant(layout, 32, 8, 128, bandwidth=300e9).variant != "ring"
+    assert choose_variant(layout, 32, 8, 128, bandwidth=300e9, memory_bandwidth=float("inf")).variant == "ring"
