@@ -4,7 +4,8 @@
 #   - the wgmma building blocks (tests/cuda/test_wgmma) and the standalone test
 #     (tests/cuda/test_attention_cuda: every forward launch, both backward modes) on the Hopper
 #     kernels, then on the mma.sync ones (VARPACK_CUDA_KERNELS=mma);
-#   - the GPU pytest (tests/python/test_cuda_attention.py) on both kernel paths;
+#   - the GPU pytest (tests/python/test_cuda_attention.py) on both kernel paths, and the CP
+#     merge (test_merge_partial.py) on the default one;
 #   - compute-sanitizer memcheck and racecheck on the standalone test's small cases (every
 #     forward launch: several heads per block in both orders, a block per work, the persistent
 #     kernel on two blocks), on d96 / d256 cases and on d64 past 4096 queries;
@@ -64,7 +65,7 @@ tests=$bin/tests
 # test_attention.py too: the operator's CPU path and input checks, built with this machine's
 # compiler (an error message once crashed only here).
 [ $torch = 1 ] && PYTHONPATH=$PWD/python step tests.log pytest 300 python3 -m pytest -q -ra \
-  tests/python/test_cuda_attention.py tests/python/test_attention.py
+  tests/python/test_cuda_attention.py tests/python/test_attention.py tests/python/test_merge_partial.py
 [ $torch = 1 ] && VARPACK_CUDA_KERNELS=mma PYTHONPATH=$PWD/python step tests.log pytest_mma 300 \
   python3 -m pytest -q -ra tests/python/test_cuda_attention.py
 
