@@ -121,7 +121,7 @@ def test_the_rule_charges_the_ring_for_merging_and_accumulating_its_blocks():
     assert costs["ring", 1].split_s == pytest.approx(2 * costs["hybrid", 2].split_s)
     assert costs["ring", 1].total_s == pytest.approx(costs["ring", 1].compute_s + costs["ring", 1].split_s
                                                      + costs["ring", 1].exposed_s)
-    # On NVLink at 64k the ring hides its transfers but its per-rank kernel work is the largest
-    # (H100: slowest rank 35.6 ms against allgather's 30.8 ms, bench/results/distributed.md): not chosen.
+    # On NVLink at 64k the ring hides its transfers, but its per-rank kernel work is the largest
+    # measured (bench/results/distributed.md): not chosen.
     assert choose_variant(layout, 32, 8, 128, bandwidth=300e9).variant != "ring"
     assert choose_variant(layout, 32, 8, 128, bandwidth=300e9, memory_bandwidth=float("inf")).variant == "ring"
